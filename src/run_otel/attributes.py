@@ -1,0 +1,85 @@
+"""Every span attribute key run-otel writes, named once.
+
+Keys the OpenTelemetry semantic conventions define come from
+opentelemetry-semantic-conventions; the rest are run-otel's own
+``diagnosis.*``, ``rag.*`` and ``tool.*`` namespaces, and the OpenInference
+keys that Arize Phoenix and Langfuse read.
+"""
+
+from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
+from opentelemetry.semconv._incubating.attributes import session_attributes as session
+from opentelemetry.semconv.attributes import error_attributes, service_attributes
+
+try:  # deployment.environment.name moved between semconv releases
+    from opentelemetry.semconv._incubating.attributes.deployment_attributes import (
+        DEPLOYMENT_ENVIRONMENT_NAME,
+    )
+except ImportError:  # pragma: no cover
+    DEPLOYMENT_ENVIRONMENT_NAME = "deployment.environment.name"
+
+GEN_AI_OPERATION_NAME = gen_ai.GEN_AI_OPERATION_NAME
+GEN_AI_AGENT_NAME = gen_ai.GEN_AI_AGENT_NAME
+GEN_AI_PROVIDER_NAME = gen_ai.GEN_AI_PROVIDER_NAME
+GEN_AI_CONVERSATION_ID = gen_ai.GEN_AI_CONVERSATION_ID
+GEN_AI_TOOL_NAME = gen_ai.GEN_AI_TOOL_NAME
+GEN_AI_TOOL_CALL_ID = gen_ai.GEN_AI_TOOL_CALL_ID
+GEN_AI_TOOL_TYPE = gen_ai.GEN_AI_TOOL_TYPE
+GEN_AI_TOOL_CALL_ARGUMENTS = gen_ai.GEN_AI_TOOL_CALL_ARGUMENTS
+GEN_AI_TOOL_CALL_RESULT = gen_ai.GEN_AI_TOOL_CALL_RESULT
+SESSION_ID = session.SESSION_ID
+ERROR_TYPE = error_attributes.ERROR_TYPE
+SERVICE_NAME = service_attributes.SERVICE_NAME
+SERVICE_NAMESPACE = "service.namespace"
+
+OPERATION_INVOKE_AGENT = "invoke_agent"
+OPERATION_EXECUTE_TOOL = "execute_tool"
+TOOL_TYPE_DATASTORE = "datastore"
+TOOL_TYPE_FUNCTION = "function"
+
+ERROR_RUN_FAILED = "run_failed"
+ERROR_RUN_INCOMPLETE = "run_incomplete"
+ERROR_TOOL = "tool_error"
+
+# diagnosis_run
+RUN_ID = "diagnosis.run.id"
+RUN_STATUS = "diagnosis.run.status"
+RUN_INTENT = "diagnosis.run.intent"
+RUN_RELEASE_OUTCOME = "diagnosis.run.release_outcome"
+RUN_AGENT_FLOW = "diagnosis.run.agent_flow"
+RUN_FEEDBACK = "diagnosis.run.feedback"
+RUN_STEP_COUNT = "diagnosis.run.step_count"
+RUN_TOOL_CALL_COUNT = "diagnosis.run.tool_call_count"
+RUN_TOTAL_TOKEN_COUNT = "diagnosis.run.total_token_count"
+RUN_DURATION_MS = "diagnosis.run.duration_ms"
+RUN_INCOMPLETE = "diagnosis.run.incomplete"
+RUN_QUERY = "diagnosis.run.query"
+RUN_ANSWER = "diagnosis.run.answer"
+RUN_PUBLISHED_RESULT = "diagnosis.run.published_result"
+# Set only when a run has more tool rows than trace.max_spans_per_trace.
+RUN_TOOL_SPAN_LIMIT = "diagnosis.run.tool_span_limit"
+RUN_TOOL_SPANS_DROPPED = "diagnosis.run.tool_spans_dropped"
+STEP_ID = "diagnosis.step.id"
+
+# tool_invocation
+RAG_RETRIEVAL_LAYER = "rag.retrieval_layer"
+RAG_L0_MATCH_COUNT = "rag.l0_match_count"
+RAG_L1_MATCH_COUNT = "rag.l1_match_count"
+RAG_RELEVANCE_LEVEL = "rag.relevance_level"
+RAG_DEDUP_REASON = "rag.dedup_reason"
+RAG_EVIDENCE_STATUS = "rag.evidence.status"
+RAG_EVIDENCE_COUNT = "rag.evidence.count"
+RAG_EVIDENCE_PATHS = "rag.evidence.paths"
+RAG_EVIDENCE_REFS = "rag.evidence.refs"
+TOOL_OUTPUT_LENGTH = "tool.output_length"
+TOOL_OUTPUT_TRUNCATED = "tool.output_truncated"
+TOOL_DURATION_MS = "tool.duration_ms"
+
+# OpenInference profile
+OPENINFERENCE_SPAN_KIND = "openinference.span.kind"
+OI_TOOL_NAME = "tool.name"
+OI_INPUT_VALUE = "input.value"
+OI_OUTPUT_VALUE = "output.value"
+OI_KIND_AGENT = "AGENT"
+OI_KIND_TOOL = "TOOL"
+
+SCOPE_NAME = "run_otel"

@@ -1,0 +1,111 @@
+"""Where the poller stands: high-water mark, pending runs and gaps.
+
+Kept in any SQLAlchemy database (default a SQLite file), one row per shard,
+and written only after the receiver acknowledged the batch it covers.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+
+from sqlalchemy import BigInteger, Column, Float, Integer, MetaData, String, Table, Text, select
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SQLAlchemyError
+
+from .config import Config
+from .source import make_engine, safe_url
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+
+_metadata = MetaData()
+checkpoint_table = Table(
+    "run_otel_checkpoint",
+    _metadata,
+    Column("name", String(64), primary_key=True),
+    Column("format_version", Integer, nullable=False),
+    Column("high_water", BigInteger, nullable=False),
+    Column("pending", Text, nullable=False),
+    Column("gaps", Text, nullable=False),
+    Column("saved_at", Float, nullable=False),
+)
+
+
+class CheckpointError(RuntimeError):
+    """The state store is unreadable; run-otel refuses to guess where it was."""
+
+
+@dataclass
+class Checkpoint:
+    high_water: int
+    # run primary key -> when it was first seen waiting (Unix seconds)
+    pending: dict[int, float] = field(default_factory=dict)
+    # missing primary key below the high-water mark -> when it was first missed
+    gaps: dict[int, float] = field(default_factory=dict)
+
+    def copy(self) -> "Checkpoint":
+        return Checkpoint(self.high_water, dict(self.pending), dict(self.gaps))
+
+
+def shard_name(config: Config) -> str:
+    index, total = config.shard
+    return "default" if total == 1 else f"shard-{index}-of-{total}"
+
+
+class CheckpointStore:
+    def __init__(self, config: Config):
+        self._url = make_url(config.state.url)
+        self.engine = make_engine(self._url)
+        self.name = shard_name(config)
+        try:
+            _metadata.create_all(self.engine)
+        except SQLAlchemyError as exc:
+            raise CheckpointError(f"state store {self.describe()} is not usable: {exc.__class__.__name__}: {getattr(exc, 'orig', exc)}") from None
+
+    def describe(self) -> str:
+        return safe_url(self._url)
+
+    def load(self) -> Checkpoint | None:
+        """The saved checkpoint, None on a first start; raises if the row is damaged."""
+        try:
+            with self.engine.connect() as conn:
+                row = conn.execute(select(checkpoint_table).where(checkpoint_table.c.name == self.name)).first()
+        except SQLAlchemyError as exc:
+            raise CheckpointError(f"state store {self.describe()} is unreadable: {getattr(exc, 'orig', exc)}") from None
+        if row is None:
+            return None
+        try:
+            if row.format_version != FORMAT_VERSION:
+                raise ValueError(f"format version {row.format_version}")
+            return Checkpoint(
+                high_water=int(row.high_water),
+                pending={int(k): float(v) for k, v in json.loads(row.pending).items()},
+                gaps={int(k): float(v) for k, v in json.loads(row.gaps).items()},
+            )
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise CheckpointError(
+                f"checkpoint {self.name!r} in {self.describe()} is damaged ({exc}). "
+                "Refusing to restart from scratch: restore the state store, or delete the row "
+                "and set poll.start_from to the first run id to re-export."
+            ) from None
+
+    def save(self, checkpoint: Checkpoint, now: float) -> None:
+        values = {
+            "format_version": FORMAT_VERSION,
+            "high_water": checkpoint.high_water,
+            "pending": json.dumps({str(k): v for k, v in sorted(checkpoint.pending.items())}),
+            "gaps": json.dumps({str(k): v for k, v in sorted(checkpoint.gaps.items())}),
+            "saved_at": now,
+        }
+        with self.engine.begin() as conn:
+            updated = conn.execute(
+                checkpoint_table.update().where(checkpoint_table.c.name == self.name).values(**values)
+            ).rowcount
+            if not updated:
+                conn.execute(checkpoint_table.insert().values(name=self.name, **values))
+
+    def close(self) -> None:
+        self.engine.dispose()

@@ -1,0 +1,369 @@
+"""One typed configuration, built once at start and passed in.
+
+Precedence, lowest first: built-in defaults, the TOML file, the standard
+``OTEL_*`` variables (for the keys they define), then ``RUN_OTEL_<SECTION>__<KEY>``.
+Every key is checked: an unknown key or a value of the wrong type stops the
+start with the key's dotted name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_args, get_origin, get_type_hints
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from sqlalchemy.engine import URL, make_url
+
+ENV_PREFIX = "RUN_OTEL_"
+CONFIG_ENV = "RUN_OTEL_CONFIG"
+
+
+class ConfigError(ValueError):
+    """A bad key or value, with the key's dotted name in the message."""
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    url: str = "sqlite:///run-otel-demo.db"
+    password_file: str = ""
+    timezone: str = "UTC"
+    connect_timeout_seconds: float = 10.0
+
+
+@dataclass(frozen=True)
+class StateConfig:
+    url: str = "sqlite:///run-otel-state.db"
+
+
+@dataclass(frozen=True)
+class PollConfig:
+    interval_seconds: float = 5.0
+    batch_size: int = 500
+    settle_seconds: float = 2.0
+    run_timeout_seconds: float = 3600.0
+    gap_timeout_seconds: float = 600.0
+    start_from: str = "now"
+    tool_chunk_size: int = 500
+    retry_initial_seconds: float = 1.0
+    retry_max_seconds: float = 60.0
+
+
+@dataclass(frozen=True)
+class ExportConfig:
+    protocol: str = "grpc"
+    endpoint: str = ""
+    headers: dict[str, str] = field(default_factory=dict)
+    timeout_seconds: float = 10.0
+    insecure: bool = True
+    compression: str = "none"
+    max_attempts: int = 3
+
+
+@dataclass(frozen=True)
+class TraceConfig:
+    agent_name: str = "diagnosis-agent"
+    provider_name: str = ""
+    conventions: list[str] = field(default_factory=lambda: ["gen_ai"])
+    tool_time_anchor: str = "end"
+    max_spans_per_trace: int = 1000
+
+
+@dataclass(frozen=True)
+class ContentConfig:
+    capture: bool = False
+    max_length: int = 1024
+    redact: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    name: str = "diagnosis-agent"
+    namespace: str = ""
+    environment: str = ""
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: int = 9464
+    prometheus: bool = True
+    otlp: bool = False
+    otlp_interval_seconds: float = 15.0
+
+
+@dataclass(frozen=True)
+class UiConfig:
+    jaeger_url: str = ""
+    tempo_url: str = ""
+
+
+@dataclass(frozen=True)
+class HaConfig:
+    enabled: bool = False
+    lock_name: str = "run_otel"
+    takeover_seconds: float = 30.0
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    level: str = "INFO"
+    format: str = "text"
+
+
+@dataclass(frozen=True)
+class Config:
+    source: SourceConfig = field(default_factory=SourceConfig)
+    state: StateConfig = field(default_factory=StateConfig)
+    poll: PollConfig = field(default_factory=PollConfig)
+    export: ExportConfig = field(default_factory=ExportConfig)
+    trace: TraceConfig = field(default_factory=TraceConfig)
+    content: ContentConfig = field(default_factory=ContentConfig)
+    service: ServiceConfig = field(default_factory=ServiceConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    ui: UiConfig = field(default_factory=UiConfig)
+    ha: HaConfig = field(default_factory=HaConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    # Not a key: set by the CLI (--shard), kept here so it travels with the rest.
+    shard: tuple[int, int] = (0, 1)
+
+    def source_url(self) -> URL:
+        """The source URL, with the password from ``source.password_file`` if set."""
+        url = make_url(self.source.url)
+        if self.source.password_file:
+            secret = Path(self.source.password_file).read_text(encoding="utf-8").strip()
+            url = url.set(password=secret)
+        return url
+
+    def export_endpoint(self) -> str:
+        """The OTLP endpoint, defaulting per protocol as the OTLP spec does."""
+        if self.export.endpoint:
+            return self.export.endpoint
+        return "http://localhost:4318" if self.export.protocol == "http/protobuf" else "localhost:4317"
+
+
+_SECTION_TYPES = get_type_hints(Config)
+SECTIONS: dict[str, type] = {name: cls for name, cls in _SECTION_TYPES.items() if name != "shard"}
+
+# (section, key, validator, message): checks beyond the type.
+_CHOICES = {
+    ("export", "protocol"): ("grpc", "http/protobuf"),
+    ("export", "compression"): ("none", "gzip"),
+    ("trace", "tool_time_anchor"): ("start", "end"),
+    ("log", "format"): ("text", "json"),
+    ("log", "level"): ("DEBUG", "INFO", "WARNING", "ERROR"),
+}
+_CONVENTIONS = ("gen_ai", "openinference")
+_POSITIVE = {
+    ("poll", "interval_seconds"),
+    ("poll", "batch_size"),
+    ("poll", "tool_chunk_size"),
+    ("poll", "retry_initial_seconds"),
+    ("poll", "retry_max_seconds"),
+    ("export", "timeout_seconds"),
+    ("export", "max_attempts"),
+    ("content", "max_length"),
+    ("trace", "max_spans_per_trace"),
+    ("ha", "takeover_seconds"),
+    ("metrics", "otlp_interval_seconds"),
+}
+_NON_NEGATIVE = {
+    ("poll", "settle_seconds"),
+    ("poll", "run_timeout_seconds"),
+    ("poll", "gap_timeout_seconds"),
+    ("source", "connect_timeout_seconds"),
+}
+
+
+def load_config(path: str | os.PathLike | None = None, environ: Mapping[str, str] | None = None) -> Config:
+    """Build the one Config from a TOML file (optional) and the environment."""
+    env = os.environ if environ is None else environ
+    path = path or env.get(CONFIG_ENV) or None
+    raw: dict[str, Any] = _read_toml(Path(path)) if path else {}
+    _merge(raw, _otel_environment(env))
+    _merge(raw, _run_otel_environment(env))
+    return build_config(raw)
+
+
+def build_config(raw: Mapping[str, Any]) -> Config:
+    """A Config from nested dicts, rejecting unknown keys and bad values."""
+    sections = {}
+    for section, values in raw.items():
+        if section not in SECTIONS:
+            raise ConfigError(f"unknown config section [{section}] (known: {', '.join(SECTIONS)})")
+        if not isinstance(values, Mapping):
+            raise ConfigError(f"[{section}] must be a table of keys")
+        sections[section] = _build_section(section, SECTIONS[section], values)
+    config = Config(**sections)
+    _validate(config)
+    return config
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+
+
+def _merge(into: dict[str, Any], overrides: Mapping[str, Mapping[str, Any]]) -> None:
+    for section, values in overrides.items():
+        into.setdefault(section, {})
+        if isinstance(into[section], dict):
+            into[section].update(values)
+
+
+def _run_otel_environment(env: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for name, text in env.items():
+        if not name.startswith(ENV_PREFIX) or "__" not in name or name == CONFIG_ENV:
+            continue
+        section, _, key = name[len(ENV_PREFIX) :].partition("__")
+        out.setdefault(section.lower(), {})[key.lower()] = _env_value(text)
+    return out
+
+
+def _env_value(text: str) -> Any:
+    """An environment value as TOML would read it (10, true, ["a"]), else the string."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def _otel_environment(env: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """The standard OTEL_* variables that map onto run-otel keys."""
+    out: dict[str, dict[str, Any]] = {"export": {}, "service": {}}
+    protocol = env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+    if protocol:
+        out["export"]["protocol"] = protocol
+    traces_endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    endpoint = env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    if traces_endpoint:
+        out["export"]["endpoint"] = traces_endpoint
+    elif endpoint:
+        out["export"]["endpoint"] = endpoint
+    headers = env.get("OTEL_EXPORTER_OTLP_TRACES_HEADERS") or env.get("OTEL_EXPORTER_OTLP_HEADERS")
+    if headers:
+        out["export"]["headers"] = _parse_key_values(headers)
+    timeout = env.get("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT") or env.get("OTEL_EXPORTER_OTLP_TIMEOUT")
+    if timeout:
+        # The OTLP spec gives this variable in milliseconds.
+        out["export"]["timeout_seconds"] = _number("OTEL_EXPORTER_OTLP_TIMEOUT", timeout) / 1000.0
+    insecure = env.get("OTEL_EXPORTER_OTLP_TRACES_INSECURE") or env.get("OTEL_EXPORTER_OTLP_INSECURE")
+    if insecure:
+        out["export"]["insecure"] = insecure.strip().lower() == "true"
+    compression = env.get("OTEL_EXPORTER_OTLP_TRACES_COMPRESSION") or env.get("OTEL_EXPORTER_OTLP_COMPRESSION")
+    if compression:
+        out["export"]["compression"] = compression
+    if env.get("OTEL_SERVICE_NAME"):
+        out["service"]["name"] = env["OTEL_SERVICE_NAME"]
+    return {section: values for section, values in out.items() if values}
+
+
+def _number(name: str, text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number, got {text!r}") from None
+
+
+def _parse_key_values(text: str) -> dict[str, str]:
+    """``k1=v1,k2=v2`` as OTEL_EXPORTER_OTLP_HEADERS and OTEL_RESOURCE_ATTRIBUTES write it."""
+    from urllib.parse import unquote
+
+    pairs = {}
+    for item in text.split(","):
+        key, sep, value = item.partition("=")
+        if sep and key.strip():
+            pairs[unquote(key.strip())] = unquote(value.strip())
+    return pairs
+
+
+def resource_attributes_from_env(env: Mapping[str, str]) -> dict[str, str]:
+    """OTEL_RESOURCE_ATTRIBUTES, parsed."""
+    return _parse_key_values(env.get("OTEL_RESOURCE_ATTRIBUTES", ""))
+
+
+def _build_section(section: str, cls: type, values: Mapping[str, Any]):
+    hints = get_type_hints(cls)
+    kwargs = {}
+    for key, value in values.items():
+        if key not in hints:
+            known = ", ".join(hints)
+            raise ConfigError(f"unknown config key {section}.{key} (known in [{section}]: {known})")
+        kwargs[key] = _coerce(f"{section}.{key}", hints[key], value)
+    return cls(**kwargs)
+
+
+def _coerce(name: str, hint: Any, value: Any) -> Any:
+    origin = get_origin(hint)
+    if origin is list:
+        (item,) = get_args(hint)
+        if not isinstance(value, list):
+            raise ConfigError(f"{name} must be a list, got {value!r}")
+        return [_coerce(f"{name}[]", item, v) for v in value]
+    if origin is dict:
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{name} must be a table, got {value!r}")
+        return {str(k): str(v) for k, v in value.items()}
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{name} must be true or false, got {value!r}")
+    if hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ConfigError(f"{name} must be an integer, got {value!r}")
+    if hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(f"{name} must be a number, got {value!r}")
+    if hint is str:
+        if isinstance(value, (str, int)) and not isinstance(value, bool):
+            return str(value)
+        raise ConfigError(f"{name} must be a string, got {value!r}")
+    raise ConfigError(f"{name}: unsupported type {hint!r}")  # pragma: no cover
+
+
+def _validate(config: Config) -> None:
+    for (section, key), choices in _CHOICES.items():
+        value = getattr(getattr(config, section), key)
+        if value not in choices:
+            raise ConfigError(f"{section}.{key} must be one of {', '.join(choices)}, got {value!r}")
+    for section, key in _POSITIVE | _NON_NEGATIVE:
+        value = getattr(getattr(config, section), key)
+        if value < 0 or (value == 0 and (section, key) in _POSITIVE):
+            bound = "greater than 0" if (section, key) in _POSITIVE else "0 or more"
+            raise ConfigError(f"{section}.{key} must be {bound}, got {value!r}")
+    for convention in config.trace.conventions:
+        if convention not in _CONVENTIONS:
+            raise ConfigError(f"trace.conventions: unknown profile {convention!r} (known: {', '.join(_CONVENTIONS)})")
+    start = config.poll.start_from
+    if start not in ("now", "beginning") and not (start.isdigit() and int(start) > 0):
+        raise ConfigError(f"poll.start_from must be now, beginning or a positive run id, got {start!r}")
+    if not 0 < config.metrics.port < 65536:
+        raise ConfigError(f"metrics.port must be a TCP port, got {config.metrics.port}")
+    try:
+        ZoneInfo(config.source.timezone)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ConfigError(f"source.timezone must be an IANA time zone, got {config.source.timezone!r}") from None
+    for pattern in config.content.redact:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ConfigError(f"content.redact: bad regex {pattern!r}: {exc}") from None
+    for section, key in (("source", "url"), ("state", "url")):
+        try:
+            make_url(getattr(config, section).url)
+        except Exception:  # SQLAlchemy raises ArgumentError; never echo the URL, it may hold a password
+            raise ConfigError(f"{section}.url is not a SQLAlchemy URL") from None

@@ -1,0 +1,344 @@
+"""Rows to spans: a pure function of a run, its tool rows and the config.
+
+No I/O and no clock: the same rows always give the same spans, which is what
+makes an at-least-once re-export byte-identical (SPEC section 1).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Union
+from zoneinfo import ZoneInfo
+
+from . import attributes as A
+from .config import Config
+from .content import Cleaner
+from .rows import RELEVANCE_LEVELS, RETRIEVAL_LAYERS, RunRow, ToolRow, is_terminal
+
+AttrValue = Union[str, bool, int, float, tuple[str, ...]]
+
+STATUS_UNSET = 0
+STATUS_ERROR = 2
+
+_UUID_RUN_ID = re.compile(
+    r"run-([0-9a-fA-F]{8})-([0-9a-fA-F]{4})-([0-9a-fA-F]{4})-([0-9a-fA-F]{4})-([0-9a-fA-F]{12})"
+)
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_NS_PER_MS = 1_000_000
+# A duration beyond a day is a broken row, not a slow call: treat it as absent
+# so one bad value does not stretch a trace over weeks.
+MAX_DURATION_MS = 86_400_000
+
+
+@dataclass(frozen=True, slots=True)
+class SpanData:
+    trace_id: bytes
+    span_id: bytes
+    parent_span_id: bytes
+    name: str
+    start_ns: int
+    end_ns: int
+    attributes: tuple[tuple[str, AttrValue], ...]
+    status_code: int = STATUS_UNSET
+    status_message: str = ""
+
+    def attribute_map(self) -> dict[str, AttrValue]:
+        return dict(self.attributes)
+
+
+@dataclass(frozen=True)
+class MappedRun:
+    """A run's spans, root first, and the warnings its rows raised."""
+
+    spans: list[SpanData]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def root(self) -> SpanData:
+        return self.spans[0]
+
+
+def _nonzero(digest: bytes, size: int) -> bytes:
+    """The first non-zero ``size``-byte window of ``digest`` (OTLP forbids all-zero ids)."""
+    for offset in range(0, len(digest) - size + 1, size):
+        chunk = digest[offset : offset + size]
+        if any(chunk):
+            return chunk
+    return _nonzero(hashlib.sha256(digest).digest(), size)  # pragma: no cover - 2^-128 odds
+
+
+def trace_id_for(run_id: str) -> bytes:
+    """The UUID's 128 bits for ``run-<uuid>``, else SHA-256 of ``diagnosis_run:<run_id>``."""
+    match = _UUID_RUN_ID.fullmatch(run_id)
+    if match:
+        uuid_bytes = bytes.fromhex("".join(match.groups()))
+        if any(uuid_bytes):
+            return uuid_bytes
+    return _nonzero(hashlib.sha256(f"diagnosis_run:{run_id}".encode()).digest(), 16)
+
+
+def root_span_id_for(run_id: str) -> bytes:
+    return _nonzero(hashlib.sha256(f"run:{run_id}".encode()).digest(), 8)
+
+
+def tool_span_id_for(run_id: str, tool_id: int) -> bytes:
+    return _nonzero(hashlib.sha256(f"tool_invocation:{run_id}:{tool_id}".encode()).digest(), 8)
+
+
+def shard_of(run_id: str, shards: int) -> int:
+    """A stable shard number for ``run_id``, the same in every process and release."""
+    digest = hashlib.sha256(f"shard:{run_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") % shards
+
+
+class Mapper:
+    """Maps rows to spans under one config. Build once; ``map_run`` is pure."""
+
+    def __init__(self, config: Config):
+        self._zone = ZoneInfo(config.source.timezone)
+        self._agent_name = config.trace.agent_name
+        self._provider = config.trace.provider_name
+        self._openinference = "openinference" in config.trace.conventions
+        self._anchor_start = config.trace.tool_time_anchor == "start"
+        self._cap = config.trace.max_spans_per_trace
+        self._capture = config.content.capture
+        self._cleaner = Cleaner.build(config.content.redact, config.content.max_length)
+
+    # -- time ---------------------------------------------------------------
+
+    def epoch_ns(self, value: object) -> int | None:
+        """A naive DATETIME in ``source.timezone`` as Unix nanoseconds; None if not a date."""
+        if not isinstance(value, datetime):
+            return None
+        aware = value.replace(tzinfo=self._zone) if value.tzinfo is None else value
+        delta = aware - _EPOCH
+        return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1_000
+
+    # -- the run ------------------------------------------------------------
+
+    def map_run(self, run: RunRow, tools: Sequence[ToolRow], incomplete: bool = False) -> MappedRun:
+        warnings: list[str] = []
+        trace_id = trace_id_for(run.run_id)
+        root_id = root_span_id_for(run.run_id)
+        kept = tools[: self._cap]
+        fallback_ns = self._run_start_ns(run, warnings)
+        children = [self._tool_span(run, tool, trace_id, root_id, fallback_ns, warnings) for tool in kept]
+        start_ns, end_ns = self._run_bounds(run, fallback_ns, children, warnings)
+        root = SpanData(
+            trace_id=trace_id,
+            span_id=root_id,
+            parent_span_id=b"",
+            name=f"{A.OPERATION_INVOKE_AGENT} {self._agent_name}",
+            start_ns=start_ns,
+            end_ns=end_ns,
+            attributes=self._run_attributes(run, incomplete, len(tools) - len(kept)),
+            **self._run_status(run, incomplete, warnings),
+        )
+        return MappedRun([root, *children], warnings)
+
+    def _run_start_ns(self, run: RunRow, warnings: list[str]) -> int:
+        start = self.epoch_ns(run.created_at)
+        if start is None:
+            warnings.append("diagnosis_run.created_at is not a valid date")
+            start = self.epoch_ns(run.updated_at)
+        return start if start is not None else 0
+
+    def _run_bounds(
+        self, run: RunRow, start_ns: int, children: list[SpanData], warnings: list[str]
+    ) -> tuple[int, int]:
+        duration = _valid_duration(run.total_duration_ms, "diagnosis_run.total_duration_ms", warnings)
+        if duration is not None:
+            end_ns = start_ns + duration * _NS_PER_MS
+        else:
+            updated = self.epoch_ns(run.updated_at)
+            end_ns = updated if updated is not None else start_ns
+            if end_ns < start_ns:
+                warnings.append("diagnosis_run.updated_at is before created_at")
+                end_ns = start_ns
+        if children:
+            start_ns = min(start_ns, *(c.start_ns for c in children))
+            end_ns = max(end_ns, *(c.end_ns for c in children))
+        return start_ns, end_ns
+
+    def _run_status(self, run: RunRow, incomplete: bool, warnings: list[str]) -> dict:
+        if incomplete:
+            return {"status_code": STATUS_ERROR, "status_message": "run did not finish in time"}
+        if run.status == "FAILED":
+            return {"status_code": STATUS_ERROR, "status_message": "run failed"}
+        if is_terminal(run.status) and run.status not in ("SUCCESS", "FALLBACK", "CANCELLED"):
+            warnings.append(f"unknown diagnosis_run.status {run.status!r}")
+        return {}
+
+    def _run_attributes(self, run: RunRow, incomplete: bool, dropped: int) -> tuple:
+        attrs: list[tuple[str, AttrValue]] = [
+            (A.GEN_AI_OPERATION_NAME, A.OPERATION_INVOKE_AGENT),
+            (A.GEN_AI_AGENT_NAME, self._agent_name),
+        ]
+        if self._provider:
+            attrs.append((A.GEN_AI_PROVIDER_NAME, self._provider))
+        _put(attrs, A.GEN_AI_CONVERSATION_ID, run.session_id)
+        _put(attrs, A.SESSION_ID, run.session_id)
+        attrs.append((A.RUN_ID, run.run_id))
+        for key, value in (
+            (A.RUN_STATUS, run.status),
+            (A.RUN_INTENT, run.intent),
+            (A.RUN_RELEASE_OUTCOME, run.release_outcome),
+            (A.RUN_AGENT_FLOW, run.agent_flow),
+            (A.RUN_FEEDBACK, run.feedback),
+            (A.RUN_STEP_COUNT, run.step_count),
+            (A.RUN_TOOL_CALL_COUNT, run.tool_call_count),
+            (A.RUN_TOTAL_TOKEN_COUNT, run.total_token_count),
+            (A.RUN_DURATION_MS, run.total_duration_ms),
+        ):
+            _put(attrs, key, value)
+        if run.status == "FAILED" and not incomplete:
+            attrs.append((A.ERROR_TYPE, A.ERROR_RUN_FAILED))
+        if incomplete:
+            attrs.append((A.ERROR_TYPE, A.ERROR_RUN_INCOMPLETE))
+            attrs.append((A.RUN_INCOMPLETE, True))
+        if dropped > 0:
+            attrs.append((A.RUN_TOOL_SPAN_LIMIT, self._cap))
+            attrs.append((A.RUN_TOOL_SPANS_DROPPED, dropped))
+        if self._capture:
+            _put(attrs, A.RUN_QUERY, self._cleaner.clean(run.query))
+            _put(attrs, A.RUN_ANSWER, self._cleaner.clean(run.answer))
+            _put(attrs, A.RUN_PUBLISHED_RESULT, self._cleaner.clean(run.published_result))
+        if self._openinference:
+            attrs.append((A.OPENINFERENCE_SPAN_KIND, A.OI_KIND_AGENT))
+            if self._capture:
+                _put(attrs, A.OI_INPUT_VALUE, self._cleaner.clean(run.query))
+                _put(attrs, A.OI_OUTPUT_VALUE, self._cleaner.clean(run.answer))
+        return tuple(attrs)
+
+    # -- a tool invocation ----------------------------------------------------
+
+    def _tool_span(
+        self,
+        run: RunRow,
+        tool: ToolRow,
+        trace_id: bytes,
+        root_id: bytes,
+        fallback_ns: int,
+        warnings: list[str],
+    ) -> SpanData:
+        at_ns = self.epoch_ns(tool.created_at)
+        if at_ns is None:
+            warnings.append(f"tool_invocation {tool.id}: created_at is not a valid date")
+            at_ns = fallback_ns
+        duration = _valid_duration(tool.duration_ms, f"tool_invocation {tool.id}: duration_ms", warnings)
+        length_ns = (duration or 0) * _NS_PER_MS
+        start_ns, end_ns = (at_ns, at_ns + length_ns) if self._anchor_start else (at_ns - length_ns, at_ns)
+        status = {}
+        if tool.success is False:
+            status = {"status_code": STATUS_ERROR, "status_message": self._cleaner.clean(tool.error_message) or ""}
+        return SpanData(
+            trace_id=trace_id,
+            span_id=tool_span_id_for(run.run_id, tool.id),
+            parent_span_id=root_id,
+            name=f"{A.OPERATION_EXECUTE_TOOL} {tool.tool_name}",
+            start_ns=start_ns,
+            end_ns=end_ns,
+            attributes=self._tool_attributes(run, tool, warnings),
+            **status,
+        )
+
+    def _tool_attributes(self, run: RunRow, tool: ToolRow, warnings: list[str]) -> tuple:
+        attrs: list[tuple[str, AttrValue]] = [(A.GEN_AI_OPERATION_NAME, A.OPERATION_EXECUTE_TOOL)]
+        _put(attrs, A.GEN_AI_TOOL_NAME, tool.tool_name)
+        attrs.append((A.GEN_AI_TOOL_CALL_ID, str(tool.id)))
+        tool_type = A.TOOL_TYPE_DATASTORE if tool.retrieval_layer is not None else A.TOOL_TYPE_FUNCTION
+        attrs.append((A.GEN_AI_TOOL_TYPE, tool_type))
+        _put(attrs, A.GEN_AI_CONVERSATION_ID, run.session_id)
+        attrs.append((A.RUN_ID, run.run_id))
+        _put(attrs, A.STEP_ID, tool.step_id)
+        if tool.retrieval_layer is not None and tool.retrieval_layer not in RETRIEVAL_LAYERS:
+            warnings.append(f"tool_invocation {tool.id}: unknown retrieval_layer {tool.retrieval_layer!r}")
+        if tool.relevance_level is not None and tool.relevance_level not in RELEVANCE_LEVELS:
+            warnings.append(f"tool_invocation {tool.id}: unknown relevance_level {tool.relevance_level!r}")
+        for key, value in (
+            (A.RAG_RETRIEVAL_LAYER, tool.retrieval_layer),
+            (A.RAG_L0_MATCH_COUNT, tool.l0_match_count),
+            (A.RAG_L1_MATCH_COUNT, tool.l1_match_count),
+            (A.RAG_RELEVANCE_LEVEL, tool.relevance_level),
+            (A.RAG_DEDUP_REASON, tool.dedup_reason),
+        ):
+            _put(attrs, key, value)
+        details = _json_object(tool.retrieval_details, f"tool_invocation {tool.id}: retrieval_details", warnings)
+        refs = self._evidence(details, attrs, tool, warnings)
+        _put(attrs, A.TOOL_OUTPUT_LENGTH, tool.output_length)
+        _put(attrs, A.TOOL_OUTPUT_TRUNCATED, None if tool.is_truncated is None else bool(tool.is_truncated))
+        _put(attrs, A.TOOL_DURATION_MS, tool.duration_ms)
+        if tool.success is False:
+            attrs.append((A.ERROR_TYPE, A.ERROR_TOOL))
+        if self._capture:
+            _put(attrs, A.GEN_AI_TOOL_CALL_ARGUMENTS, self._cleaner.clean(tool.input_params))
+            if tool.success is True:
+                _put(attrs, A.GEN_AI_TOOL_CALL_RESULT, self._cleaner.clean(tool.output_preview))
+            if refs is not None:
+                _put(attrs, A.RAG_EVIDENCE_REFS, self._cleaner.clean(_compact_json(refs)))
+        if self._openinference:
+            attrs.append((A.OPENINFERENCE_SPAN_KIND, A.OI_KIND_TOOL))
+            _put(attrs, A.OI_TOOL_NAME, tool.tool_name)
+            _put(attrs, A.SESSION_ID, run.session_id)
+            if self._capture:
+                _put(attrs, A.OI_INPUT_VALUE, self._cleaner.clean(tool.input_params))
+                if tool.success is True:
+                    _put(attrs, A.OI_OUTPUT_VALUE, self._cleaner.clean(tool.output_preview))
+        return tuple(attrs)
+
+    def _evidence(self, details: dict | None, attrs: list, tool: ToolRow, warnings: list[str]) -> list | None:
+        """Adds rag.evidence.* from retrieval_details; returns the refs list for opt-in export."""
+        if details is None:
+            return None
+        status = details.get("evidence_status")
+        if isinstance(status, str):
+            attrs.append((A.RAG_EVIDENCE_STATUS, status))
+        refs = details.get("evidence_refs")
+        if refs is None:
+            return None
+        if not isinstance(refs, list):
+            warnings.append(f"tool_invocation {tool.id}: evidence_refs is not a list")
+            return None
+        attrs.append((A.RAG_EVIDENCE_COUNT, len(refs)))
+        paths = tuple(ref["raw_path"] for ref in refs if isinstance(ref, dict) and isinstance(ref.get("raw_path"), str))
+        if paths:
+            attrs.append((A.RAG_EVIDENCE_PATHS, paths))
+        return refs
+
+
+def _put(attrs: list, key: str, value: AttrValue | None) -> None:
+    """Appends the attribute unless its column is NULL."""
+    if value is not None:
+        attrs.append((key, value))
+
+
+def _valid_duration(value: int | None, what: str, warnings: list[str]) -> int | None:
+    if value is None:
+        return None
+    if value < 0 or value > MAX_DURATION_MS:
+        warnings.append(f"{what} out of range ({value} ms)")
+        return None
+    return value
+
+
+def _json_object(text: str | bytes | None, what: str, warnings: list[str]) -> dict | None:
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except (ValueError, TypeError):
+        warnings.append(f"{what} is not valid JSON")
+        return None
+    if not isinstance(value, dict):
+        warnings.append(f"{what} is not a JSON object")
+        return None
+    return value
+
+
+def _compact_json(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)

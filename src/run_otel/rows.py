@@ -1,0 +1,69 @@
+"""The rows run-otel reads, as plain values, and the enums their columns hold.
+
+``source`` builds these from SQL results and ``mapping`` consumes them, so
+neither needs to know about the other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+TERMINAL_STATUSES = frozenset({"SUCCESS", "FALLBACK", "FAILED", "CANCELLED"})
+WAITING_STATUSES = frozenset({"PENDING", "RUNNING", None})
+INTENTS = frozenset({"SYSTEM_CHAT", "KNOWLEDGE_QUERY", "DIAGNOSIS"})
+RELEASE_OUTCOMES = frozenset({"SUCCESS", "FALLBACK", "FAILED", "CANCELLED"})
+RELEVANCE_LEVELS = frozenset({"PRECISE", "HIGHLY_RELEVANT", "REFERENCE", "DEDUPED"})
+RETRIEVAL_LAYERS = frozenset({"L0", "L1", "L0+L1"})
+
+
+def is_terminal(status: str | None) -> bool:
+    """SUCCESS, FALLBACK, FAILED, CANCELLED, and any unknown non-NULL status."""
+    return status not in WAITING_STATUSES
+
+
+@dataclass(frozen=True, slots=True)
+class RunRow:
+    id: int
+    run_id: str
+    session_id: str | None
+    status: str | None
+    agent_flow: str | None
+    intent: str | None
+    release_outcome: str | None
+    feedback: str | None
+    total_duration_ms: int | None
+    total_token_count: int | None
+    step_count: int | None
+    tool_call_count: int | None
+    # datetime when valid; a zero date may arrive as a string or None.
+    created_at: datetime | Any
+    updated_at: datetime | Any
+    # Read only when content capture is on.
+    query: str | None = None
+    answer: str | None = None
+    published_result: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolRow:
+    id: int
+    run_id: str
+    step_id: int | None
+    tool_name: str | None
+    output_length: int | None
+    retrieval_layer: str | None
+    l0_match_count: int | None
+    l1_match_count: int | None
+    is_truncated: bool | None
+    relevance_level: str | None
+    dedup_reason: str | None
+    retrieval_details: str | None
+    duration_ms: int | None
+    success: bool | None
+    error_message: str | None
+    created_at: datetime | Any
+    # Read only when content capture is on.
+    input_params: str | None = None
+    output_preview: str | None = None

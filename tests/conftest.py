@@ -1,0 +1,153 @@
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+import tomllib
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from run_otel.config import Config, build_config
+from run_otel.source import make_engine
+from servers import MariaDB, Receiver, Rotel
+
+_counter = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def mariadb(tmp_path_factory):
+    server = MariaDB(tmp_path_factory.mktemp("mariadb"))
+    server.install()
+    server.start()
+    yield server
+    server.stop()
+
+
+@dataclass
+class AgentDb:
+    """One fresh database with the agent's schema on the shared server."""
+
+    server: MariaDB
+    name: str
+    url: str
+
+    def engine(self):
+        from sqlalchemy.engine import make_url
+
+        return make_engine(make_url(self.url))
+
+    def execute(self, sql: str, *params):
+        conn = self.server.root(self.name)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(sql, params or None)
+                return cur.fetchall()
+        finally:
+            conn.close()
+
+
+@pytest.fixture
+def agent_db(mariadb) -> AgentDb:
+    name = f"agent_{os.getpid()}_{next(_counter)}"
+    url = mariadb.create_database(name)
+    yield AgentDb(mariadb, name, url)
+    conn = mariadb.root()
+    with conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+    conn.close()
+
+
+@dataclass
+class Otlp:
+    receiver: Receiver
+    rotel: Rotel
+
+    def endpoint(self, protocol: str) -> str:
+        return self.rotel.endpoint(protocol)
+
+
+@pytest.fixture
+def otlp(tmp_path) -> Otlp:
+    receiver = Receiver()
+    receiver.start()
+    rotel = Rotel(tmp_path, receiver.endpoint)
+    rotel.start()
+    yield Otlp(receiver, rotel)
+    rotel.stop()
+    receiver.stop()
+
+
+def utc_now_naive() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None, microsecond=0)
+
+
+def write_config(path: Path, sections: dict) -> Path:
+    """Writes ``sections`` as a TOML file (flat tables of scalars and lists)."""
+    lines = []
+    for section, values in sections.items():
+        lines.append(f"[{section}]")
+        for key, value in values.items():
+            lines.append(f"{key} = {_toml(value)}")
+        lines.append("")
+    path.write_text("\n".join(lines), encoding="utf-8")
+    tomllib.loads(path.read_text())  # the file must be valid TOML
+    return path
+
+
+def _toml(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f'"{k}" = {_toml(v)}' for k, v in value.items()) + "}"
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def bridge_sections(agent_db: AgentDb, tmp_path: Path, endpoint: str, protocol: str = "grpc", **overrides) -> dict:
+    sections = {
+        "source": {"url": agent_db.url},
+        "state": {"url": f"sqlite:///{tmp_path / 'state.db'}"},
+        "poll": {"start_from": "beginning", "settle_seconds": 0, "interval_seconds": 0.5},
+        "export": {"protocol": protocol, "endpoint": endpoint, "timeout_seconds": 5},
+        "metrics": {"enabled": False},
+    }
+    for section, values in overrides.items():
+        sections.setdefault(section, {}).update(values)
+    return sections
+
+
+def bridge_config(*args, **kwargs) -> Config:
+    return build_config(bridge_sections(*args, **kwargs))
+
+
+def run_cli(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "run_otel.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def set_old(agent_db: AgentDb, seconds: int = 30) -> None:
+    """Moves every row into the past so it is settled."""
+    agent_db.execute(
+        "UPDATE diagnosis_run SET created_at = created_at - INTERVAL %s SECOND, updated_at = updated_at - INTERVAL %s SECOND",
+        seconds,
+        seconds,
+    )
+
+
+def table_rows(agent_db: AgentDb, sql: str) -> list[dict]:
+    with agent_db.engine().connect() as conn:
+        return [dict(row._mapping) for row in conn.execute(text(sql))]
+

@@ -1,0 +1,282 @@
+"""Real servers for the tests: MariaDB, rotel, and an OTLP receiver.
+
+Everything listens on loopback and lives in a temp directory. The receiver is
+the test's own, built from opentelemetry-proto and grpcio; rotel sits in
+front of it as the independent OTLP peer run-otel talks to.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from concurrent import futures
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import pymysql
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+
+from run_otel.schema import mysql_statements
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+
+
+def _binary(*names: str) -> str:
+    for name in names:
+        for folder in ("/usr/sbin", "/usr/bin", "/usr/local/bin"):
+            path = Path(folder) / name
+            if path.exists():
+                return str(path)
+        found = shutil.which(name)
+        if found:
+            return found
+    raise FileNotFoundError(f"none of {names} is installed; run the README's test command")
+
+
+class MariaDB:
+    """A throwaway MariaDB server from Debian's mariadb-server package."""
+
+    ROOT_PASSWORD = "root-secret-pw"
+
+    def __init__(self, base: Path):
+        self.base = base
+        self.datadir = base / "data"
+        self.socket = base / "mysqld.sock"
+        self.port = free_port()
+        self.process: subprocess.Popen | None = None
+
+    def install(self) -> None:
+        self.datadir.mkdir(parents=True)
+        subprocess.run(
+            [
+                _binary("mariadb-install-db", "mysql_install_db"),
+                f"--datadir={self.datadir}",
+                "--user=root",
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+            ],
+            check=True,
+            capture_output=True,
+        )
+
+    def start(self) -> None:
+        log = (self.base / "mysqld.log").open("ab")
+        self.process = subprocess.Popen(
+            [
+                _binary("mariadbd", "mysqld"),
+                "--no-defaults",
+                f"--datadir={self.datadir}",
+                f"--socket={self.socket}",
+                f"--port={self.port}",
+                "--bind-address=127.0.0.1",
+                "--user=root",
+                f"--pid-file={self.base / 'mysqld.pid'}",
+                "--skip-name-resolve",
+                "--innodb-buffer-pool-size=256M",
+                "--innodb-flush-log-at-trx-commit=2",
+                "--max-connections=500",
+                f"--log-error={self.base / 'mysqld.err'}",
+            ],
+            stdout=log,
+            stderr=log,
+        )
+        wait_for(self._accepts, 60, "MariaDB to accept connections", 0.2)
+
+    def _accepts(self) -> bool:
+        if self.process and self.process.poll() is not None:
+            raise RuntimeError(f"mariadbd exited: {(self.base / 'mysqld.err').read_text()[-2000:]}")
+        try:
+            conn = pymysql.connect(unix_socket=str(self.socket), user="root")
+        except pymysql.err.OperationalError:
+            return False
+        # The tests and run-otel connect over TCP on loopback, as a deployment would.
+        with conn.cursor() as cur:
+            cur.execute(f"CREATE OR REPLACE USER 'root'@'127.0.0.1' IDENTIFIED BY '{self.ROOT_PASSWORD}'")
+            cur.execute("GRANT ALL ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION")
+        conn.close()
+        return True
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+    def root(self, database: str | None = None, **kwargs) -> pymysql.Connection:
+        return pymysql.connect(
+            host="127.0.0.1",
+            port=self.port,
+            user="root",
+            password=self.ROOT_PASSWORD,
+            database=database,
+            autocommit=True,
+            charset="utf8mb4",
+            **kwargs,
+        )
+
+    def url(self, database: str, user: str = "root", password: str | None = None) -> str:
+        password = self.ROOT_PASSWORD if password is None else password
+        return f"mysql+pymysql://{user}:{password}@127.0.0.1:{self.port}/{database}"
+
+    def create_database(self, name: str) -> str:
+        """A fresh database with the agent's schema; returns its root URL."""
+        conn = self.root()
+        with conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+            cur.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
+            cur.execute(f"USE `{name}`")
+            for statement in mysql_statements():
+                cur.execute(statement)
+        conn.close()
+        return self.url(name)
+
+
+class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
+    def __init__(self, receiver: "Receiver"):
+        self._receiver = receiver
+
+    def Export(self, request, context):  # noqa: N802 - gRPC's name
+        return self._receiver.accept(request)
+
+
+@dataclass
+class Receiver:
+    """The test's OTLP/gRPC trace receiver. Keeps every request it was sent."""
+
+    port: int = field(default_factory=free_port)
+    reject_every: int = 0  # answer partial_success for this many spans of each request
+    requests: list = field(default_factory=list)
+
+    def __post_init__(self):
+        self._lock = threading.Lock()
+        self._server = None
+
+    def accept(self, request):
+        with self._lock:
+            self.requests.append(request.SerializeToString())
+        response = trace_service_pb2.ExportTraceServiceResponse()
+        if self.reject_every:
+            response.partial_success.rejected_spans = self.reject_every
+            response.partial_success.error_message = "test receiver rejects spans"
+        return response
+
+    def start(self) -> None:
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4), options=[("grpc.max_receive_message_length", 64 << 20)])
+        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_TraceService(self), self._server)
+        self._server.add_insecure_port(f"127.0.0.1:{self.port}")
+        self._server.start()
+
+    def stop(self) -> None:
+        if self._server:
+            self._server.stop(0).wait()
+            self._server = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def spans(self) -> list:
+        """Every span received so far, as (resource, span) protobuf pairs."""
+        out = []
+        with self._lock:
+            raw = list(self.requests)
+        for blob in raw:
+            request = trace_service_pb2.ExportTraceServiceRequest.FromString(blob)
+            for rs in request.resource_spans:
+                for ss in rs.scope_spans:
+                    out.extend((rs.resource, ss.scope, span) for span in ss.spans)
+        return out
+
+    def clear(self) -> None:
+        with self._lock:
+            self.requests.clear()
+
+
+class Rotel:
+    """rotel from PyPI: the OTLP peer run-otel sends to; it forwards to a Receiver."""
+
+    def __init__(self, base: Path, forward_to: str):
+        self.base = base
+        self.forward_to = forward_to
+        self.grpc_port = free_port()
+        self.http_port = free_port()
+        self.process: subprocess.Popen | None = None
+
+    @staticmethod
+    def binary() -> str:
+        import rotel
+
+        return str(Path(rotel.__file__).parent / "rotel-agent")
+
+    def start(self) -> None:
+        log = (self.base / "rotel.log").open("ab")
+        self.process = subprocess.Popen(
+            [
+                self.binary(),
+                "start",
+                "--otlp-grpc-endpoint",
+                f"127.0.0.1:{self.grpc_port}",
+                "--otlp-http-endpoint",
+                f"127.0.0.1:{self.http_port}",
+                "--exporter",
+                "otlp",
+                "--otlp-exporter-endpoint",
+                f"http://{self.forward_to}",
+                "--otlp-exporter-protocol",
+                "grpc",
+                "--batch-timeout",
+                "50ms",
+                "--otlp-exporter-retry-max-elapsed-time",
+                "120s",
+                "--pid-file",
+                str(self.base / "rotel.pid"),
+            ],
+            stdout=log,
+            stderr=log,
+            env={**os.environ, "ROTEL_LOG_FORMAT": "text"},
+        )
+        wait_for(lambda: _port_open(self.grpc_port) and _port_open(self.http_port), 30, "rotel to listen")
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+    def endpoint(self, protocol: str) -> str:
+        if protocol == "grpc":
+            return f"http://127.0.0.1:{self.grpc_port}"
+        return f"http://127.0.0.1:{self.http_port}"
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.2)
+        return sock.connect_ex(("127.0.0.1", port)) == 0

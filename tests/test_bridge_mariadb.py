@@ -1,0 +1,252 @@
+"""The core bridge against a real MariaDB, through rotel, into the test's receiver."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from datetime import datetime, timezone
+
+import pytest
+from sqlalchemy import insert
+
+from conftest import bridge_sections, run_cli, table_rows, utc_now_naive, write_config
+from run_otel.demo import generate, insert_workload
+from run_otel.schema import diagnosis_run
+from servers import wait_for
+
+PROTOCOLS = ["grpc", "http/protobuf"]
+TERMINAL = ("SUCCESS", "FALLBACK", "FAILED", "CANCELLED")
+
+
+def epoch_ns(dt: datetime) -> int:
+    return int(dt.replace(tzinfo=timezone.utc).timestamp()) * 1_000_000_000
+
+
+def attrs_of(span) -> dict:
+    out = {}
+    for kv in span.attributes:
+        which = kv.value.WhichOneof("value")
+        value = getattr(kv.value, which)
+        if which == "array_value":
+            value = tuple(v.string_value for v in value.values)
+        out[kv.key] = value
+    return out
+
+
+def seed(agent_db, runs: int, seed_value: int = 7, waiting: int = 10) -> None:
+    """``runs`` runs of the demo mix, with ``waiting`` of them set PENDING or RUNNING."""
+    workload = generate(seed_value, runs, anchor=utc_now_naive())
+    insert_workload(agent_db.engine(), workload)
+    if not waiting:
+        return
+    agent_db.execute(
+        "UPDATE diagnosis_run SET status = IF(MOD(id, 2) = 0, 'PENDING', 'RUNNING'), release_outcome = NULL "
+        "WHERE MOD(id, %s) = 3 LIMIT %s",
+        max(2, runs // waiting),
+        waiting,
+    )
+
+
+def expected_traces(agent_db) -> dict[str, tuple[dict, list[dict]]]:
+    """Terminal runs and their tools, read straight from the database: trace id -> rows."""
+    runs = table_rows(agent_db, "SELECT * FROM diagnosis_run WHERE status IN ('SUCCESS','FALLBACK','FAILED','CANCELLED')")
+    tools = defaultdict(list)
+    for tool in table_rows(agent_db, "SELECT * FROM tool_invocation ORDER BY id"):
+        tools[tool["run_id"]].append(tool)
+    return {run["run_id"][4:].replace("-", ""): (run, tools[run["run_id"]]) for run in runs}
+
+
+def received_by_trace(receiver) -> dict[str, list]:
+    traces = defaultdict(dict)
+    for _resource, _scope, span in receiver.spans():
+        traces[span.trace_id.hex()][span.span_id] = span
+    return {trace: list(spans.values()) for trace, spans in traces.items()}
+
+
+def assert_trace_matches(run: dict, tools: list[dict], spans: list) -> None:
+    roots = [s for s in spans if not s.parent_span_id]
+    assert len(roots) == 1, run["run_id"]
+    root = roots[0]
+    children = sorted((s for s in spans if s.parent_span_id), key=lambda s: int(attrs_of(s)["gen_ai.tool.call.id"]))
+    assert len(children) == len(tools)
+    assert root.name == "invoke_agent diagnosis-agent"
+    root_attrs = attrs_of(root)
+    assert root_attrs["diagnosis.run.id"] == run["run_id"]
+    assert root_attrs["diagnosis.run.status"] == run["status"]
+    assert root_attrs["gen_ai.conversation.id"] == run["session_id"]
+    assert root_attrs.get("diagnosis.run.intent") == run["intent"]
+    assert root_attrs.get("diagnosis.run.total_token_count") == run["total_token_count"]
+    assert (root.status.code == 2) == (run["status"] == "FAILED")
+    starts, ends = [epoch_ns(run["created_at"])], [epoch_ns(run["created_at"]) + run["total_duration_ms"] * 1_000_000]
+    for child, tool in zip(children, tools):
+        attrs = attrs_of(child)
+        assert child.parent_span_id == root.span_id
+        assert child.name == f"execute_tool {tool['tool_name']}"
+        assert attrs["gen_ai.tool.call.id"] == str(tool["id"])
+        assert attrs.get("rag.retrieval_layer") == tool["retrieval_layer"]
+        assert attrs.get("rag.l0_match_count") == tool["l0_match_count"]
+        assert attrs.get("rag.l1_match_count") == tool["l1_match_count"]
+        assert attrs.get("rag.relevance_level") == tool["relevance_level"]
+        assert attrs["gen_ai.tool.type"] == ("datastore" if tool["retrieval_layer"] else "function")
+        assert (child.status.code == 2) == (tool["success"] == 0)
+        assert child.end_time_unix_nano == epoch_ns(tool["created_at"])
+        assert child.start_time_unix_nano == epoch_ns(tool["created_at"]) - tool["duration_ms"] * 1_000_000
+        starts.append(child.start_time_unix_nano)
+        ends.append(child.end_time_unix_nano)
+    assert root.start_time_unix_nano == min(starts)
+    assert root.end_time_unix_nano == max(ends)
+
+
+def config_file(tmp_path, agent_db, otlp, protocol, **overrides):
+    return write_config(tmp_path / "run-otel.toml", bridge_sections(agent_db, tmp_path, otlp.endpoint(protocol), protocol, **overrides))
+
+
+def span_total(expected) -> int:
+    return sum(1 + len(tools) for _run, tools in expected.values())
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_once_exports_every_settled_terminal_run_as_mapped(agent_db, otlp, tmp_path, protocol):
+    seed(agent_db, 200)
+    expected = expected_traces(agent_db)
+    assert 150 < len(expected) < 200  # the seed holds waiting runs too
+    done = run_cli("once", "--config", str(config_file(tmp_path, agent_db, otlp, protocol)))
+    assert done.returncode == 0, done.stderr
+    wait_for(lambda: len(otlp.receiver.spans()) >= span_total(expected), 30, "all spans")
+    received = received_by_trace(otlp.receiver)
+    assert set(received) == set(expected)  # no PENDING or RUNNING run arrived
+    for trace_id, (run, tools) in expected.items():
+        assert_trace_matches(run, tools, received[trace_id])
+    resource = {kv.key: kv.value.string_value for kv in otlp.receiver.spans()[0][0].attributes}
+    assert resource["service.name"] == "diagnosis-agent"
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_waiting_run_arrives_on_the_poll_after_it_finishes(agent_db, otlp, tmp_path, protocol):
+    seed(agent_db, 30, waiting=3)
+    config = str(config_file(tmp_path, agent_db, otlp, protocol))
+    assert run_cli("once", "--config", config).returncode == 0
+    waiting = table_rows(agent_db, "SELECT run_id FROM diagnosis_run WHERE status IN ('PENDING','RUNNING')")
+    assert waiting
+    wait_for(lambda: len(received_by_trace(otlp.receiver)) == len(expected_traces(agent_db)), 30, "first poll")
+    late = waiting[0]["run_id"]
+    assert late[4:].replace("-", "") not in received_by_trace(otlp.receiver)
+    agent_db.execute(
+        "UPDATE diagnosis_run SET status='SUCCESS', release_outcome='SUCCESS', total_duration_ms=1000, "
+        "updated_at = NOW() - INTERVAL 1 MINUTE WHERE run_id=%s",
+        late,
+    )
+    done = run_cli("once", "--config", config)
+    assert done.returncode == 0, done.stderr
+    expected = expected_traces(agent_db)
+    trace = late[4:].replace("-", "")
+    wait_for(lambda: trace in received_by_trace(otlp.receiver), 30, "the late run")
+    assert_trace_matches(*expected[trace], received_by_trace(otlp.receiver)[trace])
+
+
+def _run_row(run_id: str, status: str = "SUCCESS") -> dict:
+    now = utc_now_naive()
+    return dict(
+        run_id=run_id, session_id="s", query="q", status=status, intent="DIAGNOSIS", release_outcome=status,
+        total_duration_ms=1000, created_at=now.replace(year=now.year - 1), updated_at=now.replace(year=now.year - 1),
+    )
+
+
+def test_late_commit_is_not_skipped(agent_db, otlp, tmp_path):
+    config = str(config_file(tmp_path, agent_db, otlp, "grpc"))
+    slow = agent_db.server.root(agent_db.name)
+    slow.autocommit(False)
+    with slow.cursor() as cur:
+        cur.execute(
+            "INSERT INTO diagnosis_run (run_id, session_id, query, status, release_outcome, total_duration_ms, created_at, updated_at) "
+            "VALUES ('run-00000000-0000-4000-8000-00000000000a', 's', 'q', 'SUCCESS', 'SUCCESS', 10, NOW() - INTERVAL 1 HOUR, NOW() - INTERVAL 1 HOUR)"
+        )
+    with agent_db.engine().begin() as conn:
+        conn.execute(insert(diagnosis_run), [_run_row("run-00000000-0000-4000-8000-00000000000b")])
+    ids = table_rows(agent_db, "SELECT id FROM diagnosis_run")
+    assert len(ids) == 1  # k is invisible, k+1 committed
+    assert run_cli("once", "--config", config).returncode == 0
+    wait_for(lambda: "0000000000004000800000000000000b" in received_by_trace(otlp.receiver), 30, "k+1")
+    slow.commit()
+    slow.close()
+    done = run_cli("once", "--config", config)
+    assert done.returncode == 0, done.stderr
+    wait_for(lambda: "0000000000004000800000000000000a" in received_by_trace(otlp.receiver), 30, "k")
+
+
+def checkpoint_row(tmp_path):
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "state.db") as conn:
+        return conn.execute("SELECT high_water, pending, gaps FROM run_otel_checkpoint").fetchall()
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_receiver_down_moves_nothing_and_recovers(agent_db, otlp, tmp_path, protocol):
+    seed(agent_db, 40, waiting=2)
+    config = str(config_file(tmp_path, agent_db, otlp, protocol, export={"max_attempts": 2, "timeout_seconds": 2}))
+    otlp.rotel.stop()
+    failed = run_cli("once", "--config", config)
+    assert failed.returncode == 1
+    error_lines = [line for line in failed.stderr.splitlines() if line.startswith("run-otel: error:")]
+    assert len(error_lines) == 1 and "OTLP" in error_lines[0]
+    assert "Traceback" not in failed.stderr
+    assert checkpoint_row(tmp_path) == []
+    otlp.rotel.start()
+    done = run_cli("once", "--config", config)
+    assert done.returncode == 0, done.stderr
+    expected = expected_traces(agent_db)
+    wait_for(lambda: len(otlp.receiver.spans()) >= span_total(expected), 30, "every waiting run")
+    assert set(received_by_trace(otlp.receiver)) == set(expected)
+    assert checkpoint_row(tmp_path)[0][0] == table_rows(agent_db, "SELECT MAX(id) AS m FROM diagnosis_run")[0]["m"]
+
+
+def test_kill_9_mid_batch_then_restart_delivers_everything_identically(agent_db, otlp, tmp_path):
+    seed(agent_db, 1500, waiting=0)
+    config = str(
+        config_file(tmp_path, agent_db, otlp, "grpc", poll={"batch_size": 25, "interval_seconds": 0.2})
+    )
+    env = {**os.environ}
+    command = [sys.executable, "-m", "run_otel.cli", "run", "--config", config]
+    first = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(lambda: len(otlp.receiver.spans()) > 500, 60, "the daemon to be mid-backlog")
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    expected = expected_traces(agent_db)
+    assert len(received_by_trace(otlp.receiver)) < len(expected)
+    second = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: set(received_by_trace(otlp.receiver)) >= set(expected), 120, "every run after restart")
+    finally:
+        second.send_signal(signal.SIGTERM)
+        _out, err = second.communicate(timeout=60)
+    assert second.returncode == 0, err
+    copies = defaultdict(set)
+    for resource, _scope, span in otlp.receiver.spans():
+        copies[(span.trace_id, span.span_id)].add(span.SerializeToString() + resource.SerializeToString())
+    assert all(len(versions) == 1 for versions in copies.values())
+    received = received_by_trace(otlp.receiver)
+    for trace_id, (run, tools) in expected.items():
+        assert_trace_matches(run, tools, received[trace_id])
+
+
+def test_sigterm_finishes_the_batch_and_saves_the_checkpoint(agent_db, otlp, tmp_path):
+    seed(agent_db, 300, waiting=0)
+    config = str(config_file(tmp_path, agent_db, otlp, "grpc", poll={"batch_size": 10}))
+    daemon = subprocess.Popen([sys.executable, "-m", "run_otel.cli", "run", "--config", config], stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: checkpoint_row(tmp_path) if (tmp_path / "state.db").exists() else None, 60, "a first checkpoint")
+    daemon.send_signal(signal.SIGTERM)
+    _out, err = daemon.communicate(timeout=60)
+    assert daemon.returncode == 0, err
+    assert "stopped" in err
+    saved = checkpoint_row(tmp_path)[0][0]
+    time.sleep(1)
+    ids = [r["id"] for r in table_rows(agent_db, "SELECT id FROM diagnosis_run ORDER BY id")]
+    assert saved in ids and saved < ids[-1]  # it stopped mid-backlog
+    arrived = {attrs_of(s)["diagnosis.run.id"] for _r, _s, s in otlp.receiver.spans() if not s.parent_span_id}
+    exported_ids = {r["run_id"] for r in table_rows(agent_db, f"SELECT run_id FROM diagnosis_run WHERE id <= {saved}")}
+    assert exported_ids <= arrived  # everything below the checkpoint was acknowledged

@@ -1,0 +1,112 @@
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from run_otel.config import SECTIONS, Config, ConfigError, build_config, load_config
+
+DOCUMENTED = Path(__file__).parent.parent / "config" / "run-otel.toml"
+
+
+def test_documented_file_names_every_key_with_its_default():
+    documented = tomllib.loads(DOCUMENTED.read_text())
+    for section, cls in SECTIONS.items():
+        keys = {f.name for f in dataclasses.fields(cls)}
+        assert set(documented.get(section, {})) == keys, section
+    assert load_config(DOCUMENTED, environ={}) == Config()
+
+
+def test_unknown_key_is_named(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text("[poll]\nintervl_seconds = 3\n")
+    with pytest.raises(ConfigError, match=r"poll\.intervl_seconds"):
+        load_config(path, environ={})
+
+
+def test_unknown_section_is_named():
+    with pytest.raises(ConfigError, match=r"\[pol\]"):
+        build_config({"pol": {}})
+
+
+@pytest.mark.parametrize(
+    "section, key, value, match",
+    [
+        ("poll", "interval_seconds", "fast", "poll.interval_seconds must be a number"),
+        ("poll", "batch_size", 0, "poll.batch_size must be greater than 0"),
+        ("poll", "settle_seconds", -1, "poll.settle_seconds must be 0 or more"),
+        ("content", "capture", "yes", "content.capture must be true or false"),
+        ("export", "protocol", "thrift", "export.protocol must be one of"),
+        ("source", "timezone", "Mars/Olympus", "source.timezone must be an IANA time zone"),
+        ("trace", "conventions", ["zipkin"], "trace.conventions"),
+        ("content", "redact", ["(unclosed"], "content.redact"),
+        ("poll", "start_from", "yesterday", "poll.start_from"),
+    ],
+)
+def test_bad_values_are_named(section, key, value, match):
+    with pytest.raises(ConfigError, match=match):
+        build_config({section: {key: value}})
+
+
+def test_environment_overrides_file(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text('[poll]\ninterval_seconds = 3\n[content]\ncapture = false\n')
+    config = load_config(
+        path,
+        environ={
+            "RUN_OTEL_POLL__INTERVAL_SECONDS": "9",
+            "RUN_OTEL_CONTENT__CAPTURE": "true",
+            "RUN_OTEL_TRACE__CONVENTIONS": '["gen_ai", "openinference"]',
+            "RUN_OTEL_SOURCE__URL": "mysql+pymysql://u@db/agent",
+        },
+    )
+    assert config.poll.interval_seconds == 9.0
+    assert config.content.capture is True
+    assert config.trace.conventions == ["gen_ai", "openinference"]
+    assert config.source.url == "mysql+pymysql://u@db/agent"
+
+
+def test_bad_environment_override_is_named():
+    with pytest.raises(ConfigError, match="poll.batch_size"):
+        load_config(None, environ={"RUN_OTEL_POLL__BATCH_SIZE": "many"})
+
+
+def test_standard_otel_variables_are_honoured():
+    config = load_config(
+        None,
+        environ={
+            "OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318",
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+            "OTEL_EXPORTER_OTLP_HEADERS": "authorization=Bearer%20abc,x-tenant=ops",
+            "OTEL_EXPORTER_OTLP_TIMEOUT": "2500",
+            "OTEL_SERVICE_NAME": "diag-prod",
+        },
+    )
+    assert config.export.endpoint == "http://collector:4318"
+    assert config.export.protocol == "http/protobuf"
+    assert config.export.headers == {"authorization": "Bearer abc", "x-tenant": "ops"}
+    assert config.export.timeout_seconds == 2.5
+    assert config.service.name == "diag-prod"
+    assert load_config(None, environ={"OTEL_SERVICE_NAME": "a", "RUN_OTEL_SERVICE__NAME": "b"}).service.name == "b"
+
+
+def test_traces_specific_endpoint_wins():
+    config = load_config(
+        None, environ={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://a:4317", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://b:4317"}
+    )
+    assert config.export.endpoint == "http://b:4317"
+
+
+def test_password_file_replaces_the_url_password(tmp_path):
+    secret = tmp_path / "pw"
+    secret.write_text("s3cr3t\n")
+    config = build_config({"source": {"url": "mysql+pymysql://reader:old@db/agent", "password_file": str(secret)}})
+    assert config.source_url().password == "s3cr3t"
+
+
+def test_bad_url_error_does_not_echo_it():
+    with pytest.raises(ConfigError) as info:
+        build_config({"source": {"url": "not a url hunter2"}})
+    assert "hunter2" not in str(info.value)

@@ -1,0 +1,359 @@
+"""SPEC section 1, rule by rule, on hand-built rows (no database)."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import replace
+from datetime import datetime, timezone
+
+import pytest
+
+from run_otel.config import build_config
+from run_otel.encoding import encode_spans, resource_attributes
+from run_otel.mapping import STATUS_ERROR, STATUS_UNSET, Mapper
+from run_otel.rows import RunRow, ToolRow
+
+RUN_ID = "run-550e8400-e29b-41d4-a716-446655440000"
+
+
+def make_run(**kw) -> RunRow:
+    values = dict(
+        id=7,
+        run_id=RUN_ID,
+        session_id="sess-1",
+        status="SUCCESS",
+        agent_flow="CHAT_HARNESS",
+        intent="DIAGNOSIS",
+        release_outcome="SUCCESS",
+        feedback=None,
+        total_duration_ms=5000,
+        total_token_count=1234,
+        step_count=3,
+        tool_call_count=2,
+        created_at=datetime(2026, 1, 1, 0, 0, 0),
+        updated_at=datetime(2026, 1, 1, 0, 0, 6),
+    )
+    values.update(kw)
+    return RunRow(**values)
+
+
+def make_tool(id_: int, **kw) -> ToolRow:
+    values = dict(
+        id=id_,
+        run_id=RUN_ID,
+        step_id=1,
+        tool_name="lookup_knowledge",
+        output_length=10,
+        retrieval_layer="L0",
+        l0_match_count=3,
+        l1_match_count=None,
+        is_truncated=False,
+        relevance_level="PRECISE",
+        dedup_reason=None,
+        retrieval_details='{"evidence_status":"supported","evidence_refs":[{"raw_path":"$.logs[0]","text":"t"}]}',
+        duration_ms=1500,
+        success=True,
+        error_message=None,
+        created_at=datetime(2026, 1, 1, 0, 0, 2),
+    )
+    values.update(kw)
+    return ToolRow(**values)
+
+
+def mapper(**sections) -> Mapper:
+    return Mapper(build_config(sections))
+
+
+def ns(dt: datetime) -> int:
+    return int(dt.replace(tzinfo=timezone.utc).timestamp()) * 1_000_000_000
+
+
+# -- ids ----------------------------------------------------------------------
+
+
+def test_trace_id_is_the_uuid_of_a_run_uuid_id():
+    root = mapper().map_run(make_run(), []).root
+    assert root.trace_id.hex() == "550e8400e29b41d4a716446655440000"
+
+
+def test_trace_id_accepts_upper_case_uuid():
+    root = mapper().map_run(make_run(run_id=RUN_ID.upper().replace("RUN-", "run-")), []).root
+    assert root.trace_id.hex() == "550e8400e29b41d4a716446655440000"
+
+
+@pytest.mark.parametrize("run_id", ["legacy-42", "run-not-a-uuid", "run-550e8400e29b41d4a716446655440000"])
+def test_trace_id_falls_back_to_sha256(run_id):
+    root = mapper().map_run(make_run(run_id=run_id), []).root
+    assert root.trace_id == hashlib.sha256(f"diagnosis_run:{run_id}".encode()).digest()[:16]
+
+
+def test_all_zero_uuid_is_never_a_trace_id():
+    run_id = "run-00000000-0000-0000-0000-000000000000"
+    root = mapper().map_run(make_run(run_id=run_id), []).root
+    assert any(root.trace_id)
+    assert root.trace_id == hashlib.sha256(f"diagnosis_run:{run_id}".encode()).digest()[:16]
+
+
+def test_span_ids_are_hashes_of_run_and_tool_ids():
+    mapped = mapper().map_run(make_run(), [make_tool(41), make_tool(42)])
+    assert mapped.root.span_id == hashlib.sha256(f"run:{RUN_ID}".encode()).digest()[:8]
+    for span, tool_id in zip(mapped.spans[1:], (41, 42)):
+        assert span.span_id == hashlib.sha256(f"tool_invocation:{RUN_ID}:{tool_id}".encode()).digest()[:8]
+        assert span.parent_span_id == mapped.root.span_id
+        assert span.trace_id == mapped.root.trace_id
+    assert mapped.root.parent_span_id == b""
+
+
+# -- names and timing -----------------------------------------------------------
+
+
+def test_names_follow_gen_ai_conventions():
+    mapped = mapper(trace={"agent_name": "ops-agent"}).map_run(make_run(), [make_tool(1)])
+    assert mapped.root.name == "invoke_agent ops-agent"
+    assert mapped.spans[1].name == "execute_tool lookup_knowledge"
+
+
+def test_root_runs_for_total_duration():
+    root = mapper().map_run(make_run(), []).root
+    assert root.start_ns == ns(datetime(2026, 1, 1))
+    assert root.end_ns - root.start_ns == 5_000_000_000
+
+
+def test_root_falls_back_to_updated_at_without_duration():
+    root = mapper().map_run(make_run(total_duration_ms=None), []).root
+    assert root.end_ns == ns(datetime(2026, 1, 1, 0, 0, 6))
+
+
+def test_root_widens_to_cover_children():
+    early = make_tool(1, created_at=datetime(2025, 12, 31, 23, 59, 59), duration_ms=2000)
+    late = make_tool(2, created_at=datetime(2026, 1, 1, 0, 0, 9), duration_ms=10)
+    root = mapper().map_run(make_run(), [early, late]).root
+    assert root.start_ns == ns(datetime(2025, 12, 31, 23, 59, 57))
+    assert root.end_ns == ns(datetime(2026, 1, 1, 0, 0, 9))
+
+
+def test_tool_span_ends_at_created_at_by_default():
+    span = mapper().map_run(make_run(), [make_tool(1)]).spans[1]
+    assert span.end_ns == ns(datetime(2026, 1, 1, 0, 0, 2))
+    assert span.end_ns - span.start_ns == 1_500_000_000
+
+
+def test_tool_time_anchor_start_flips_it():
+    span = mapper(trace={"tool_time_anchor": "start"}).map_run(make_run(), [make_tool(1)]).spans[1]
+    assert span.start_ns == ns(datetime(2026, 1, 1, 0, 0, 2))
+    assert span.end_ns - span.start_ns == 1_500_000_000
+
+
+def test_null_tool_duration_is_zero_length():
+    span = mapper().map_run(make_run(), [make_tool(1, duration_ms=None)]).spans[1]
+    assert span.start_ns == span.end_ns == ns(datetime(2026, 1, 1, 0, 0, 2))
+
+
+def test_source_timezone_shifts_naive_datetimes():
+    shanghai = mapper(source={"timezone": "Asia/Shanghai"}).map_run(make_run(), [make_tool(1)])
+    utc = mapper().map_run(make_run(), [make_tool(1)])
+    eight_hours = 8 * 3600 * 1_000_000_000
+    assert utc.root.start_ns - shanghai.root.start_ns == eight_hours
+    assert utc.spans[1].end_ns - shanghai.spans[1].end_ns == eight_hours
+    # 2026-01-01 08:00 in Shanghai is midnight UTC.
+    local = mapper(source={"timezone": "Asia/Shanghai"}).map_run(make_run(created_at=datetime(2026, 1, 1, 8)), []).root
+    assert local.start_ns == ns(datetime(2026, 1, 1))
+
+
+# -- status ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", ["SUCCESS", "FALLBACK", "CANCELLED"])
+def test_outcomes_other_than_failure_leave_status_unset(status):
+    root = mapper().map_run(make_run(status=status), []).root
+    assert root.status_code == STATUS_UNSET
+    assert "error.type" not in root.attribute_map()
+    assert root.attribute_map()["diagnosis.run.status"] == status
+
+
+def test_failed_run_is_an_error():
+    root = mapper().map_run(make_run(status="FAILED"), []).root
+    assert root.status_code == STATUS_ERROR
+    assert root.attribute_map()["error.type"] == "run_failed"
+
+
+@pytest.mark.parametrize("status", ["PENDING", "RUNNING", None])
+def test_incomplete_run_is_an_error(status):
+    root = mapper().map_run(make_run(status=status), [], incomplete=True).root
+    attrs = root.attribute_map()
+    assert root.status_code == STATUS_ERROR
+    assert attrs["error.type"] == "run_incomplete"
+    assert attrs["diagnosis.run.incomplete"] is True
+
+
+def test_unknown_status_is_exported_with_a_warning():
+    mapped = mapper().map_run(make_run(status="ARCHIVED"), [])
+    assert mapped.root.status_code == STATUS_UNSET
+    assert any("ARCHIVED" in w for w in mapped.warnings)
+
+
+def test_failed_tool_is_an_error_with_redacted_message():
+    tool = make_tool(1, success=False, error_message="denied for bob@example.com " + "x" * 5000)
+    span = mapper().map_run(make_run(), [tool]).spans[1]
+    assert span.status_code == STATUS_ERROR
+    assert span.attribute_map()["error.type"] == "tool_error"
+    assert "bob@example.com" not in span.status_message
+    assert "[REDACTED]" in span.status_message
+    assert len(span.status_message) == 1024
+
+
+def test_null_success_leaves_status_unset():
+    span = mapper().map_run(make_run(), [make_tool(1, success=None)]).spans[1]
+    assert span.status_code == STATUS_UNSET
+    assert "error.type" not in span.attribute_map()
+
+
+def test_no_evidence_is_not_an_error():
+    details = '{"evidence_status":"no_evidence","evidence_refs":[{"raw_path":"$.no_evidence","text":""}]}'
+    span = mapper().map_run(make_run(), [make_tool(1, retrieval_details=details)]).spans[1]
+    attrs = span.attribute_map()
+    assert span.status_code == STATUS_UNSET
+    assert attrs["rag.evidence.paths"] == ("$.no_evidence",)
+    assert attrs["rag.evidence.status"] == "no_evidence"
+
+
+# -- attributes -----------------------------------------------------------------
+
+
+def test_root_attributes():
+    attrs = mapper(trace={"provider_name": "deepseek"}).map_run(make_run(), []).root.attribute_map()
+    assert attrs == {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": "diagnosis-agent",
+        "gen_ai.provider.name": "deepseek",
+        "gen_ai.conversation.id": "sess-1",
+        "session.id": "sess-1",
+        "diagnosis.run.id": RUN_ID,
+        "diagnosis.run.status": "SUCCESS",
+        "diagnosis.run.intent": "DIAGNOSIS",
+        "diagnosis.run.release_outcome": "SUCCESS",
+        "diagnosis.run.agent_flow": "CHAT_HARNESS",
+        "diagnosis.run.step_count": 3,
+        "diagnosis.run.tool_call_count": 2,
+        "diagnosis.run.total_token_count": 1234,
+        "diagnosis.run.duration_ms": 5000,
+    }
+
+
+def test_tool_attributes():
+    attrs = mapper().map_run(make_run(), [make_tool(9, dedup_reason="doc_retrieved")]).spans[1].attribute_map()
+    assert attrs == {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": "lookup_knowledge",
+        "gen_ai.tool.call.id": "9",
+        "gen_ai.tool.type": "datastore",
+        "gen_ai.conversation.id": "sess-1",
+        "diagnosis.run.id": RUN_ID,
+        "diagnosis.step.id": 1,
+        "rag.retrieval_layer": "L0",
+        "rag.l0_match_count": 3,
+        "rag.relevance_level": "PRECISE",
+        "rag.dedup_reason": "doc_retrieved",
+        "rag.evidence.status": "supported",
+        "rag.evidence.count": 1,
+        "rag.evidence.paths": ("$.logs[0]",),
+        "tool.output_length": 10,
+        "tool.output_truncated": False,
+        "tool.duration_ms": 1500,
+    }
+
+
+def test_function_tool_type_without_retrieval_layer():
+    attrs = mapper().map_run(make_run(), [make_tool(1, retrieval_layer=None)]).spans[1].attribute_map()
+    assert attrs["gen_ai.tool.type"] == "function"
+    assert "rag.retrieval_layer" not in attrs
+
+
+def test_null_columns_are_omitted():
+    run = make_run(
+        session_id=None, status="SUCCESS", agent_flow=None, intent=None, release_outcome=None, feedback=None,
+        total_duration_ms=None, total_token_count=None, step_count=None, tool_call_count=None,
+    )
+    tool = make_tool(
+        1, step_id=None, output_length=None, retrieval_layer=None, l0_match_count=None, l1_match_count=None,
+        is_truncated=None, relevance_level=None, dedup_reason=None, retrieval_details=None, duration_ms=None,
+        success=None,
+    )
+    mapped = mapper().map_run(run, [tool])
+    assert set(mapped.root.attribute_map()) == {
+        "gen_ai.operation.name", "gen_ai.agent.name", "diagnosis.run.id", "diagnosis.run.status",
+    }
+    assert set(mapped.spans[1].attribute_map()) == {
+        "gen_ai.operation.name", "gen_ai.tool.name", "gen_ai.tool.call.id", "gen_ai.tool.type", "diagnosis.run.id",
+    }
+    assert mapped.warnings == []
+
+
+def test_content_is_off_by_default():
+    run = make_run(query="secret question", answer="secret answer", published_result='{"a":1}')
+    tool = make_tool(1, input_params='{"q":"secret"}', output_preview="secret output")
+    mapped = mapper().map_run(run, [tool])
+    blob = encode_spans(mapped.spans, {}).SerializeToString()
+    assert b"secret" not in blob
+
+
+def test_content_when_opted_in_is_redacted_and_truncated():
+    run = make_run(query="mail me at a.b@example.org " + "q" * 3000, answer="ok", published_result='{"a":1}')
+    tool = make_tool(1, input_params='{"key":"sk-abcdefghijklmnop1234"}', output_preview="call 13812345678")
+    mapped = mapper(content={"capture": True, "max_length": 100}).map_run(run, [tool])
+    root, span = mapped.root.attribute_map(), mapped.spans[1].attribute_map()
+    assert root["diagnosis.run.query"].startswith("mail me at [REDACTED]")
+    assert len(root["diagnosis.run.query"]) == 100
+    assert root["diagnosis.run.answer"] == "ok"
+    assert root["diagnosis.run.published_result"] == '{"a":1}'
+    assert "sk-abc" not in span["gen_ai.tool.call.arguments"]
+    assert span["gen_ai.tool.call.result"] == "call [REDACTED]"
+    assert '"text":"t"' in span["rag.evidence.refs"]
+
+
+def test_openinference_profile_adds_its_keys():
+    run = make_run(query="q?", answer="a.")
+    tool = make_tool(1, input_params="{}", output_preview="out")
+    mapped = mapper(trace={"conventions": ["gen_ai", "openinference"]}, content={"capture": True}).map_run(run, [tool])
+    root, span = mapped.root.attribute_map(), mapped.spans[1].attribute_map()
+    assert root["openinference.span.kind"] == "AGENT"
+    assert (root["input.value"], root["output.value"]) == ("q?", "a.")
+    assert span["openinference.span.kind"] == "TOOL"
+    assert span["tool.name"] == "lookup_knowledge"
+    assert span["session.id"] == "sess-1"
+    assert (span["input.value"], span["output.value"]) == ("{}", "out")
+
+
+def test_span_cap_drops_extra_tools_and_says_so():
+    tools = [make_tool(i) for i in range(1, 11)]
+    mapped = mapper(trace={"max_spans_per_trace": 4}).map_run(make_run(), tools)
+    assert len(mapped.spans) == 5
+    attrs = mapped.root.attribute_map()
+    assert attrs["diagnosis.run.tool_span_limit"] == 4
+    assert attrs["diagnosis.run.tool_spans_dropped"] == 6
+
+
+# -- determinism ----------------------------------------------------------------
+
+
+def test_same_rows_twice_are_byte_identical():
+    config = build_config({"service": {"name": "svc", "namespace": "ns"}})
+    env = {"OTEL_RESOURCE_ATTRIBUTES": "k8s.cluster.name=prod"}
+    rows = (make_run(), [make_tool(1), make_tool(2, success=False, error_message="boom")])
+    first = encode_spans(Mapper(config).map_run(*rows).spans, resource_attributes(config, env)).SerializeToString()
+    second = encode_spans(Mapper(config).map_run(*rows).spans, resource_attributes(config, env)).SerializeToString()
+    assert first == second
+    changed = replace(rows[0], status="FAILED")
+    third = encode_spans(Mapper(config).map_run(changed, rows[1]).spans, resource_attributes(config, env))
+    assert third.SerializeToString() != first
+
+
+def test_resource_carries_service_and_env_attributes():
+    config = build_config({"service": {"name": "diag", "namespace": "ops", "environment": "prod"}})
+    attrs = resource_attributes(config, {"OTEL_RESOURCE_ATTRIBUTES": "team=sre,service.name=ignored"})
+    assert attrs == {
+        "deployment.environment.name": "prod",
+        "service.name": "diag",
+        "service.namespace": "ops",
+        "team": "sre",
+    }
