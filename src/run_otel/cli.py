@@ -14,12 +14,25 @@ from pathlib import Path
 
 import click
 
+from datetime import datetime, timezone
+from zoneinfo import ZoneInfo
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
 from . import __version__
+from .check import FAIL, OK, WARN, run_checks
 from .checkpoint import CheckpointError, CheckpointStore
 from .config import Config, ConfigError, load_config
+from .demo import demo_config, generate, interesting_runs, seed_demo_database, summary_rows
 from .encoding import resource_attributes
-from .export import ExportError, build_sink
+from .export import ExportError, JsonFileSink, build_sink
+from .mapping import Mapper
+from .metrics import BridgeMetrics, HealthServer, build_metrics, readiness
 from .poller import Poller, PollResult, Recorder
+from .render import span_tree, trace_links
+from .rows import is_terminal
 from .source import Source, SourceError
 
 log = logging.getLogger("run_otel")
@@ -172,6 +185,21 @@ def run(config_path: Path | None, shard: str | None) -> None:
     _guarded(lambda: Daemon(config).run_forever())
 
 
+def start_metrics(config: Config) -> tuple[BridgeMetrics | None, HealthServer | None]:
+    """The metrics and, for Prometheus pull, the /metrics + health server."""
+    if not config.metrics.enabled:
+        return None, None
+    metrics = build_metrics(config)
+    try:
+        server = HealthServer(
+            config.metrics.host, config.metrics.port, metrics.registry, readiness(metrics, config.poll.interval_seconds)
+        ).start()
+    except OSError as exc:
+        metrics.shutdown()
+        _fail(f"metrics.port {config.metrics.port} on {config.metrics.host}: {exc.strerror}")
+    return metrics, server
+
+
 class Daemon:
     """The APScheduler loop around a Poller, with backoff and a clean stop."""
 
@@ -180,7 +208,8 @@ class Daemon:
         self._stop = threading.Event()
         self._failures = 0
         self._retry_at = 0.0
-        self.poller = build_poller(config)
+        self.metrics, self.server = start_metrics(config)
+        self.poller = build_poller(config, recorder=self.metrics)
 
     def _tick(self) -> None:
         if time.monotonic() < self._retry_at or self._stop.is_set():
@@ -224,17 +253,228 @@ class Daemon:
         self._stop.wait()
         log.info("stopping: finishing the batch in flight")
         scheduler.shutdown(wait=True)
+        if self.server:
+            self.server.stop()
+        if self.metrics:
+            self.metrics.shutdown()
         log.info("stopped")
 
 
-def _utcnow():
-    from datetime import datetime, timezone
-
+def _utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def _as_source_time(config: Config, moment: datetime) -> datetime:
+    """A CLI time as the naive DATETIME the agent writes: aware times are converted."""
+    if moment.tzinfo is None:
+        return moment
+    return moment.astimezone(ZoneInfo(config.source.timezone)).replace(tzinfo=None)
+
+
+_TIME = click.DateTime(["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S%z"])
+
+
+@cli.command()
+@_CONFIG_OPTION
+@click.option("--since", type=_TIME, required=True, help="Export runs created at or after this time (in source.timezone unless it has an offset).")
+@click.option("--until", type=_TIME, default=None, help="...and before this time [default: no upper bound].")
+@click.option("--with-metrics", is_flag=True, help="Also count the runs in the run metrics (off: history would distort rates).")
+@click.option("--shard", metavar="I/N", help="Export only shard I of N.")
+def backfill(config_path: Path | None, since: datetime, until: datetime | None, with_metrics: bool, shard: str | None) -> None:
+    """Export history: every finished run created in [--since, --until).
+
+    The id range is found by primary-key probes, never by a scan, and read in
+    batches of poll.batch_size with a progress bar. The daemon's checkpoint is
+    neither read nor moved, so a backfill can run beside `run-otel run`;
+    runs exported by both arrive twice, byte-identical.
+    """
+    config = _load(config_path, shard)
+    _guarded(lambda: _backfill(config, _as_source_time(config, since), until and _as_source_time(config, until), with_metrics))
+
+
+def _backfill(config: Config, since: datetime, until: datetime | None, with_metrics: bool) -> None:
+    console = Console(stderr=True, highlight=False)
+    metrics, server = start_metrics(config) if with_metrics else (None, None)
+    poller = build_poller(config, recorder=metrics)
+    source = poller.source
+    first_id = source.first_id_created_at_or_after(since)
+    last_id = (source.first_id_created_at_or_after(until) if until else source.max_run_id() + 1) - 1
+    if last_id < first_id:
+        console.print("no runs in that time range")
+        return
+    signal.signal(signal.SIGTERM, lambda *_: poller.stop_requested.set())
+    started, spans = time.monotonic(), 0
+    with _progress(console) as progress:
+        task = progress.add_task(f"backfill ids {first_id}..{last_id}", total=last_id - first_id + 1, rate="")
+
+        def advance(result: PollResult, cursor: int) -> None:
+            nonlocal spans
+            spans += result.spans
+            rate = spans / max(time.monotonic() - started, 1e-9)
+            progress.update(task, completed=cursor - first_id + 1, rate=f"{rate:,.0f} spans/s")
+
+        total = poller.backfill(first_id, last_id, advance, record_metrics=with_metrics)
+    click.echo(f"backfilled {len(total.runs)} runs ({total.spans} spans) in {time.monotonic() - started:.1f}s")
+    if server:
+        server.stop()
+    if metrics:
+        metrics.shutdown()
+
+
+# -- the terminal commands ----------------------------------------------------
+
+
+def _print_trace(console: Console, config: Config, source: Source, run_id: str) -> bool:
+    """Prints the span tree of ``run_id`` as it would be exported; False if unknown."""
+    run = source.run_by_run_id(run_id)
+    if run is None:
+        return False
+    tools = source.tools_for([run.run_id])[run.run_id]
+    mapped = Mapper(config).map_run(run, tools)
+    console.print(f"trace {mapped.root.trace_id.hex()}  ({run.run_id})")
+    if not is_terminal(run.status):
+        console.print(f"[yellow]not exported yet: status {run.status}; it will be once it finishes or times out[/]")
+    console.print(span_tree(mapped))
+    for warning in mapped.warnings:
+        console.print(f"[yellow]warning:[/] {warning}")
+    for link in trace_links(config, mapped.root.trace_id.hex()):
+        console.print(f"open: {link}")
+    return True
+
+
+@cli.command()
+@_CONFIG_OPTION
+@click.argument("run_id")
+def show(config_path: Path | None, run_id: str) -> None:
+    """Print the span tree that would be exported for RUN_ID.
+
+    Shows names, durations, status and the key RAG attributes, the trace id
+    to open in Jaeger or Tempo, and a link when ui.jaeger_url or ui.tempo_url
+    is set. Exits 1 when no run has that run_id.
+    """
+    config = _load(config_path)
+
+    def body() -> None:
+        source = Source(config)
+        if not _print_trace(Console(), config, source, run_id):
+            _fail(f"no run with run_id {run_id!r} in {source.describe()}")
+
+    _guarded(body)
+
+
+_SYMBOLS = {OK: "[green]✔[/]", WARN: "[yellow]![/]", FAIL: "[red]✘[/]"}
+
+
+@cli.command()
+@_CONFIG_OPTION
+def check(config_path: Path | None) -> None:
+    """Check a deployment: config, database, schema, indexes, privileges, endpoint.
+
+    One line per check, then a verdict. Warnings (a missing index, a user that
+    can write) do not fail; exit 1 only when something run-otel needs is missing.
+    """
+    config = _load(config_path)
+    console = Console(highlight=False)
+    findings = []
+    for finding in run_checks(config):
+        findings.append(finding)
+        detail = f": {finding.detail}" if finding.detail else ""
+        console.print(f"{_SYMBOLS[finding.level]} {finding.what}{detail}")
+    failures = sum(f.level == FAIL for f in findings)
+    warnings = sum(f.level == WARN for f in findings)
+    if failures:
+        console.print(f"[red]check failed[/]: {failures} problem(s), {warnings} warning(s)")
+        sys.exit(EXIT_FAILED)
+    console.print(f"[green]check passed[/] with {warnings} warning(s)")
+
+
+class _ProgressRecorder(Recorder):
+    def __init__(self, progress: Progress, task):
+        self._progress, self._task = progress, task
+
+    def runs_exported(self, result: PollResult, acked_at: float) -> None:
+        self._progress.advance(self._task, len(result.runs))
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]}"),
+        TimeRemainingColumn(),
+        console=console,
+        transient=False,
+    )
+
+
+@cli.command()
+@_CONFIG_OPTION
+@click.option("--db", "db_path", type=click.Path(dir_okay=False, path_type=Path), default=Path("run-otel-demo.db"), show_default=True, help="SQLite file to create and seed (replaced if it exists).")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=Path("run-otel-demo.otlp.jsonl"), show_default=True, help="OTLP-JSON file written when OTEL_EXPORTER_OTLP_ENDPOINT is not set.")
+@click.option("--runs", type=click.IntRange(1, 1_000_000), default=300, show_default=True, help="Runs to generate.")
+@click.option("--seed", type=int, default=42, show_default=True, help="Random seed; the same seed gives the same rows and the same OTLP bytes.")
+@click.option("--anchor", type=click.DateTime(["%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S"]), default=None, help="UTC time the workload ends at [default: the start of the current hour].")
+def demo(config_path: Path | None, db_path: Path, out_path: Path, runs: int, seed: int, anchor: datetime | None) -> None:
+    """Seed a SQLite database with a realistic workload and export it.
+
+    About 300 runs over an hour in several chat sessions: every intent and
+    outcome, a few still RUNNING, 0 to 12 tool calls each, L0/L1 retrieval
+    with every relevance level, evidence refs and failing calls. They are
+    exported through the same poller as `run-otel run`: to
+    OTEL_EXPORTER_OTLP_ENDPOINT when it is set, else to an OTLP-JSON file.
+    Ends with a summary and the span trees of a failed and a RAG-heavy run.
+    """
+    base = _load(config_path)
+    # The demo speaks through its summary; keep the daemon's INFO lines out of it.
+    logging.getLogger().setLevel(max(logging.getLogger().level, logging.WARNING))
+    _guarded(lambda: _demo(base, db_path, out_path, runs, seed, anchor))
+
+
+def _demo(base: Config, db_path: Path, out_path: Path, runs: int, seed: int, anchor: datetime | None) -> None:
+    console = Console(highlight=False)
+    anchor = anchor or _utcnow().replace(minute=0, second=0, microsecond=0, tzinfo=None)
+    workload = generate(seed, runs, anchor)
+    seed_demo_database(db_path, workload)
+    state_path = db_path.with_name(db_path.name + ".state")
+    state_path.unlink(missing_ok=True)
+    config = demo_config(base, db_path, state_path)
+    if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        sink = build_sink(config)
+    else:
+        out_path.unlink(missing_ok=True)
+        sink = JsonFileSink(out_path)
+    console.print(f"seeded {len(workload.runs)} runs and {len(workload.tools)} tool calls into {db_path} (seed {seed})")
+    with _progress(console) as progress:
+        task = progress.add_task(f"exporting to {sink.describe()}", total=len(workload.terminal_runs()), rate="")
+        result = build_poller(config, recorder=_ProgressRecorder(progress, task), sink=sink).poll()
+    sink.close()
+    table = Table(show_header=False, box=None)
+    table.add_row("spans exported", f"{result.spans} in {len(result.runs)} traces to {sink.describe()}")
+    for name, value in summary_rows(workload):
+        table.add_row(name, value)
+    console.print(table)
+    source = Source(config)
+    for title, run_id in zip(("a failed run", "a RAG-heavy run"), interesting_runs(workload)):
+        if run_id:
+            console.rule(title)
+            _print_trace(console, config, source, run_id)
+    source.close()
+    if isinstance(sink, JsonFileSink):
+        click.echo(f"OTLP-JSON written to {sink.path}")
+
+
 def main() -> None:
-    cli(prog_name="run-otel")
+    try:
+        code = cli.main(prog_name="run-otel", standalone_mode=False)
+    except click.UsageError as exc:
+        command = exc.ctx.command_path if exc.ctx else "run-otel"
+        _fail(f"{exc.format_message()} (see '{command} --help')", EXIT_USAGE)
+    except click.ClickException as exc:
+        _fail(exc.format_message(), exc.exit_code)
+    except click.Abort:
+        _fail("aborted", EXIT_FAILED)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":  # pragma: no cover

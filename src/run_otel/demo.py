@@ -10,12 +10,19 @@ import json
 import random
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine, insert
+from sqlalchemy.engine import make_url
 
 from .schema import diagnosis_run, metadata, tool_invocation
+from .source import make_engine
+
+if TYPE_CHECKING:
+    from .config import Config
 
 STATUS_WEIGHTS = {"SUCCESS": 85, "FALLBACK": 8, "FAILED": 5, "CANCELLED": 2}
 INTENT_WEIGHTS = {"SYSTEM_CHAT": 20, "KNOWLEDGE_QUERY": 40, "DIAGNOSIS": 40}
@@ -185,3 +192,59 @@ def insert_workload(engine: Engine, workload: Workload, create: bool = False) ->
             conn.execute(insert(diagnosis_run), batch)
         for batch in _batches(workload.tools, 1000):
             conn.execute(insert(tool_invocation), batch)
+
+
+# -- the `run-otel demo` command ------------------------------------------------
+
+
+def demo_config(base: "Config", db_path: Path, state_path: Path) -> "Config":
+    """The demo's settings: its own SQLite source and state, everything from the start."""
+    return replace(
+        base,
+        source=replace(base.source, url=f"sqlite:///{db_path}", password_file="", timezone="UTC"),
+        state=replace(base.state, url=f"sqlite:///{state_path}"),
+        # The seeded runs are hours old but still "RUNNING": wait for them forever,
+        # so a given seed always exports the same set.
+        poll=replace(base.poll, start_from="beginning", settle_seconds=0, run_timeout_seconds=0, batch_size=25),
+    )
+
+
+def seed_demo_database(db_path: Path, workload: Workload) -> None:
+    for path in (db_path, db_path.with_name(db_path.name + "-journal")):
+        path.unlink(missing_ok=True)
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    engine = make_engine(make_url(f"sqlite:///{db_path}"))
+    insert_workload(engine, workload, create=True)
+    engine.dispose()
+
+
+def interesting_runs(workload: Workload) -> tuple[str | None, str | None]:
+    """A failed run with tools, and the run with the most retrieval calls."""
+    per_run: dict[str, int] = {}
+    for tool in workload.tools:
+        if tool["retrieval_layer"]:
+            per_run[tool["run_id"]] = per_run.get(tool["run_id"], 0) + 1
+    tool_runs = {t["run_id"] for t in workload.tools}
+    failed = next((r["run_id"] for r in workload.runs if r["status"] == "FAILED" and r["run_id"] in tool_runs), None)
+    rag = max(per_run, key=lambda run_id: (per_run[run_id], run_id)) if per_run else None
+    return failed, rag
+
+
+def summary_rows(workload: Workload) -> list[tuple[str, str]]:
+    """What the demo prints after the export: outcomes, rates and the layer mix."""
+    outcomes: dict[str, int] = {}
+    for run in workload.runs:
+        outcomes[run["status"]] = outcomes.get(run["status"], 0) + 1
+    finished = sum(n for status, n in outcomes.items() if status in STATUS_WEIGHTS)
+    layers: dict[str, int] = {}
+    for tool in workload.tools:
+        layer = tool["retrieval_layer"] or "none"
+        layers[layer] = layers.get(layer, 0) + 1
+    failed_tools = sum(1 for t in workload.tools if t["success"] is False)
+    return [
+        ("runs by outcome", ", ".join(f"{s} {n}" for s, n in sorted(outcomes.items(), key=lambda kv: -kv[1]))),
+        ("failure rate", f"{outcomes.get('FAILED', 0) / max(finished, 1):.1%} of finished runs"),
+        ("fallback rate", f"{outcomes.get('FALLBACK', 0) / max(finished, 1):.1%} of finished runs"),
+        ("tool calls", f"{len(workload.tools)} ({failed_tools} failed)"),
+        ("retrieval layer mix", ", ".join(f"{k} {v}" for k, v in sorted(layers.items()))),
+    ]

@@ -38,6 +38,8 @@ class ExportedRun:
     tools: Sequence[ToolRow]
     incomplete: bool
     span_count: int
+    # Unix time the run became exportable (updated_at), for the export-delay metric.
+    settled_at: float | None = None
 
 
 @dataclass
@@ -76,7 +78,7 @@ class Poller:
         config: Config,
         source: Source,
         sink: Sink,
-        store: CheckpointStore | None,
+        store: CheckpointStore,
         resource: dict[str, str],
         recorder: Recorder | None = None,
         clock: Callable[[], float] = time.time,
@@ -95,6 +97,10 @@ class Poller:
         self.stop_requested = threading.Event()
 
     # -- public -------------------------------------------------------------
+
+    @property
+    def source(self) -> Source:
+        return self._source
 
     def describe_source(self) -> str:
         return self._source.describe()
@@ -126,7 +132,9 @@ class Poller:
             for warning in one.warnings:
                 log.warning("run %s: %s", run.run_id, warning)
             result.warnings += len(one.warnings)
-            mapped.append((ExportedRun(run, run_tools, run.id in incomplete_ids, len(one.spans)), one))
+            updated_ns = self.mapper.epoch_ns(run.updated_at)
+            settled_at = updated_ns / 1e9 if updated_ns is not None else None
+            mapped.append((ExportedRun(run, run_tools, run.id in incomplete_ids, len(one.spans), settled_at), one))
         for request_spans in self._requests(m for _, m in mapped):
             ack = self._sink.send(encode_request(request_spans, self._resource))
             self._note_rejections(ack, len(request_spans))
@@ -136,6 +144,30 @@ class Poller:
         if result.warnings:
             self._recorder.row_warnings(result.warnings)
         return result
+
+    def backfill(
+        self,
+        first_id: int,
+        last_id: int,
+        on_batch: Callable[[PollResult, int], None] = lambda result, cursor: None,
+        record_metrics: bool = False,
+    ) -> PollResult:
+        """Exports the finished runs with ids in [first_id, last_id]; the checkpoint is not touched."""
+        total = PollResult()
+        cursor = first_id - 1
+        while cursor < last_id and not self.stop_requested.is_set():
+            runs = self._source.runs_after(cursor, self._poll.batch_size, until_id=last_id)
+            if not runs:
+                break
+            cursor = runs[-1].id
+            now = self._clock()
+            ready = [r for r in runs if self._in_shard(r) and (is_terminal(r.status) or self._timed_out(r, now, now))]
+            result = self.export_runs(ready, {r.id for r in ready if not is_terminal(r.status)})
+            if record_metrics:
+                self._recorder.runs_exported(result, self._clock())
+            total.add(result)
+            on_batch(result, cursor)
+        return total
 
     # -- one batch ----------------------------------------------------------
 
@@ -154,15 +186,14 @@ class Poller:
             self._recorder.export_failed()
             raise
         acked_at = self._clock()
-        if self._store is not None:
-            self._store.save(following, acked_at)
+        self._store.save(following, acked_at)
         result.pending, result.gaps = len(following.pending), len(following.gaps)
         result.full_batch = len(new_runs) >= self._poll.batch_size
         self._recorder.runs_exported(result, acked_at)
         return result
 
     def _load_checkpoint(self) -> Checkpoint:
-        saved = self._store.load() if self._store is not None else None
+        saved = self._store.load()
         if saved is not None:
             return saved
         start = self._poll.start_from
@@ -172,11 +203,13 @@ class Poller:
             high_water = self._source.max_run_id()
         else:
             high_water = int(start) - 1
-        where = self._store.describe() if self._store is not None else "memory"
-        log.warning(
+        # From "beginning" a lost checkpoint only re-sends; from "now" or an id it may skip runs.
+        level = logging.INFO if start == "beginning" else logging.WARNING
+        log.log(
+            level,
             "no checkpoint for %s in %s: starting after run id %d (poll.start_from=%s)",
-            self._store.name if self._store is not None else "default",
-            where,
+            self._store.name,
+            self._store.describe(),
             high_water,
             start,
         )

@@ -143,6 +143,23 @@ class Source:
         rows = self._fetch(stmt)
         return (int(rows[0][0]), rows[0][1]) if rows else None
 
+    def first_id_created_at_or_after(self, moment: datetime) -> int:
+        """The first run id created at or after ``moment``, by binary search on primary-key probes.
+
+        It relies on ids growing with created_at, as an auto-increment key
+        written at insert time does; it never scans.
+        """
+        low, high = 1, self.max_run_id() + 1
+        while low < high:
+            middle = (low + high) // 2
+            probe = self.created_at_from(middle)
+            if probe is None or (isinstance(probe[1], datetime) and probe[1] >= moment):
+                high = middle
+            else:
+                # Every id up to the probed row starts no later than it: skip them all.
+                low = probe[0] + 1
+        return low
+
     # -- tools --------------------------------------------------------------
 
     def tools_for(self, run_ids: Iterable[str]) -> dict[str, list[ToolRow]]:

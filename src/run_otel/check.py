@@ -1,0 +1,151 @@
+"""`run-otel check`: is this deployment set up right? One verdict per line."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from sqlalchemy import inspect, text
+from sqlalchemy.exc import SQLAlchemyError
+
+from .checkpoint import CheckpointError, CheckpointStore
+from .config import Config
+from .export import ExportError, build_sink
+from .schema import REQUIRED_INDEXES
+from .source import RUN_COLUMNS, RUN_CONTENT_COLUMNS, TOOL_COLUMNS, TOOL_CONTENT_COLUMNS, Source
+
+OK, WARN, FAIL = "ok", "warn", "fail"
+
+_INDEX_COST = {
+    ("diagnosis_run", "PRIMARY"): "every poll scans diagnosis_run",
+    ("diagnosis_run", "run_id"): "`run-otel show` scans diagnosis_run",
+    ("tool_invocation", "PRIMARY"): "tool rows have no stable order",
+    ("tool_invocation", "idx_tool_invocation_run_id"): "every poll scans the whole tool_invocation table once per chunk of runs",
+}
+_WRITE_PRIVILEGES = ("ALL PRIVILEGES", "INSERT", "UPDATE", "DELETE", "CREATE", "DROP", "ALTER", "INDEX", "SUPER", "FILE")
+
+
+@dataclass(frozen=True)
+class Finding:
+    level: str
+    what: str
+    detail: str = ""
+
+
+def run_checks(config: Config) -> Iterator[Finding]:
+    yield Finding(OK, "config", "valid")
+    source = Source(config)
+    try:
+        with source.engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+    except SQLAlchemyError as exc:
+        yield Finding(FAIL, "database", f"{source.describe()} unreachable: {getattr(exc, 'orig', exc)}")
+        yield from _check_endpoint(config)
+        return
+    yield Finding(OK, "database", f"{source.describe()} reachable")
+    try:
+        yield from _check_columns(config, source)
+        yield from _check_indexes(source)
+        yield from _check_privileges(source)
+    finally:
+        source.close()
+    yield from _check_state(config)
+    yield from _check_endpoint(config)
+
+
+def _check_columns(config: Config, source: Source) -> Iterator[Finding]:
+    inspector = inspect(source.engine)
+    wanted = {
+        "diagnosis_run": RUN_COLUMNS + (RUN_CONTENT_COLUMNS if config.content.capture else ()),
+        "tool_invocation": TOOL_COLUMNS + (TOOL_CONTENT_COLUMNS if config.content.capture else ()),
+    }
+    for table, columns in wanted.items():
+        if not inspector.has_table(table):
+            yield Finding(FAIL, f"table {table}", "missing")
+            continue
+        present = {c["name"].lower() for c in inspector.get_columns(table)}
+        missing = [c for c in columns if c not in present]
+        if missing:
+            yield Finding(FAIL, f"table {table}", f"missing column(s): {', '.join(missing)}")
+        else:
+            yield Finding(OK, f"table {table}", f"{len(columns)} columns run-otel reads are present")
+
+
+def _index_columns(source: Source, table: str) -> dict[str, tuple[str, ...]]:
+    inspector = inspect(source.engine)
+    if not inspector.has_table(table):
+        return {}
+    found = {"PRIMARY": tuple(inspector.get_pk_constraint(table).get("constrained_columns") or ())}
+    for index in inspector.get_indexes(table):
+        found[index["name"]] = tuple(index["column_names"])
+    for unique in inspector.get_unique_constraints(table):
+        found[unique["name"]] = tuple(unique["column_names"])
+    return found
+
+
+def _check_indexes(source: Source) -> Iterator[Finding]:
+    for table, required in REQUIRED_INDEXES.items():
+        present = _index_columns(source, table)
+        for name, columns in required.items():
+            # Any index leading with the same columns serves the query, whatever its name.
+            if any(cols[: len(columns)] == columns for cols in present.values()):
+                yield Finding(OK, f"index {table}.{name}", f"({', '.join(columns)})")
+            else:
+                yield Finding(WARN, f"index {table}.{name}", f"missing: without it {_INDEX_COST[(table, name)]}")
+
+
+def _check_privileges(source: Source) -> Iterator[Finding]:
+    if source.engine.dialect.name != "mysql":
+        yield Finding(OK, "privileges", f"not checked on {source.engine.dialect.name}")
+        return
+    with source.engine.connect() as conn:
+        grants = [row[0] for row in conn.execute(text("SHOW GRANTS FOR CURRENT_USER()"))]
+        database = conn.execute(text("SELECT DATABASE()")).scalar()
+    writes, wide = set(), []
+    for grant in grants:
+        match = re.match(r"GRANT (.+?) ON (\S+) TO", grant)
+        if not match:
+            continue
+        privileges, target = match.group(1).upper(), match.group(2).replace("`", "")
+        if privileges == "USAGE":
+            continue
+        writes.update(p for p in _WRITE_PRIVILEGES if p in privileges)
+        table = target.split(".")[-1]
+        if table not in ("diagnosis_run", "tool_invocation"):
+            wide.append(target)
+    if writes:
+        yield Finding(WARN, "privileges", f"the user can write ({', '.join(sorted(writes))}); run-otel needs SELECT only")
+    if wide:
+        yield Finding(WARN, "privileges", f"the user can read beyond the two tables ({', '.join(sorted(set(wide)))})")
+    if not writes and not wide:
+        yield Finding(OK, "privileges", f"SELECT only, on {database}.diagnosis_run and {database}.tool_invocation")
+
+
+def _check_state(config: Config) -> Iterator[Finding]:
+    try:
+        store = CheckpointStore(config)
+        saved = store.load()
+        store.close()
+    except CheckpointError as exc:
+        yield Finding(FAIL, "state store", str(exc))
+        return
+    where = "no checkpoint yet" if saved is None else f"checkpoint at run id {saved.high_water}"
+    yield Finding(OK, "state store", f"{store.describe()}: {where}")
+
+
+def _check_endpoint(config: Config) -> Iterator[Finding]:
+    from dataclasses import replace
+
+    quick = replace(config, export=replace(config.export, max_attempts=1, timeout_seconds=min(5.0, config.export.timeout_seconds)))
+    sink = build_sink(quick)
+    try:
+        # An empty request is valid OTLP: it proves the endpoint speaks it, and exports nothing.
+        sink.send(ExportTraceServiceRequest())
+        yield Finding(OK, "otlp endpoint", f"{sink.describe()} accepted an empty export")
+    except ExportError as exc:
+        yield Finding(FAIL, "otlp endpoint", str(exc))
+    finally:
+        sink.close()
+

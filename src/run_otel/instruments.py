@@ -1,0 +1,78 @@
+"""The one definition of every metric: name, unit, labels, and its Prometheus name.
+
+``metrics`` creates the instruments from this table, and the dashboard and
+alert generators build their queries from it, so they cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+COUNTER, HISTOGRAM, GAUGE = "counter", "histogram", "gauge"
+
+# Second-scale buckets, 0.1 s to 300 s, instead of the SDK's millisecond defaults.
+SECONDS_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
+
+
+@dataclass(frozen=True)
+class Instrument:
+    name: str
+    kind: str
+    unit: str
+    description: str
+    labels: tuple[str, ...] = ()
+
+    @property
+    def prometheus(self) -> str:
+        """The name after the OpenTelemetry-to-Prometheus translation."""
+        base = self.name.replace(".", "_")
+        if self.unit == "s":
+            base += "_seconds"
+        return base + "_total" if self.kind == COUNTER else base
+
+    def series(self, suffix: str = "") -> str:
+        """A histogram's ``_bucket``/``_sum``/``_count`` series, or the plain name."""
+        return self.prometheus + suffix
+
+
+RUNS = Instrument("diagnosis.runs", COUNTER, "{run}", "Finished diagnosis runs exported.", ("status", "intent", "release_outcome"))
+RUN_DURATION = Instrument("diagnosis.run.duration", HISTOGRAM, "s", "Run duration (total_duration_ms).", ("status", "intent"))
+RUN_TOKENS = Instrument("diagnosis.run.tokens", COUNTER, "{token}", "Tokens used by exported runs.", ("intent",))
+TOOL_INVOCATIONS = Instrument(
+    "diagnosis.tool.invocations",
+    COUNTER,
+    "{invocation}",
+    "Tool invocations of exported runs.",
+    ("tool_name", "retrieval_layer", "relevance_level", "success"),
+)
+TOOL_DURATION = Instrument("diagnosis.tool.duration", HISTOGRAM, "s", "Tool call duration (duration_ms).", ("tool_name", "success"))
+RAG_MATCHES = Instrument("rag.matches", COUNTER, "{match}", "RAG matches by retrieval layer.", ("layer", "tool_name"))
+DEDUP = Instrument("rag.dedup", COUNTER, "{invocation}", "Deduplicated retrievals by reason.", ("dedup_reason", "tool_name"))
+ZERO_MATCH = Instrument(
+    "rag.zero_match", COUNTER, "{invocation}", "Retrieval calls that matched nothing in any layer.", ("retrieval_layer", "tool_name")
+)
+
+EXPORTED_SPANS = Instrument("run_otel.exported.spans", COUNTER, "{span}", "Spans acknowledged by the OTLP receiver.")
+REJECTED_SPANS = Instrument("run_otel.rejected.spans", COUNTER, "{span}", "Spans the receiver rejected (partial_success).")
+EXPORT_FAILURES = Instrument("run_otel.export.failures", COUNTER, "{batch}", "Batches the receiver did not acknowledge.")
+ROW_WARNINGS = Instrument("run_otel.row.warnings", COUNTER, "{warning}", "Bad values in source rows, mapped around.")
+POLL_DURATION = Instrument("run_otel.poll.duration", HISTOGRAM, "s", "Time per poll, all batches.", ("outcome",))
+EXPORT_DELAY = Instrument("run_otel.export.delay", HISTOGRAM, "s", "From a run being settled to its acknowledgement.")
+PENDING_RUNS = Instrument("run_otel.pending.runs", GAUGE, "{run}", "Runs waiting to finish or settle.")
+LAST_SUCCESS = Instrument("run_otel.last_success.timestamp", GAUGE, "s", "Unix time of the last successful poll.")
+
+RUN_INSTRUMENTS = (RUNS, RUN_DURATION, RUN_TOKENS, TOOL_INVOCATIONS, TOOL_DURATION, RAG_MATCHES, DEDUP, ZERO_MATCH)
+HEALTH_INSTRUMENTS = (
+    EXPORTED_SPANS,
+    REJECTED_SPANS,
+    EXPORT_FAILURES,
+    ROW_WARNINGS,
+    POLL_DURATION,
+    EXPORT_DELAY,
+    PENDING_RUNS,
+    LAST_SUCCESS,
+)
+ALL = RUN_INSTRUMENTS + HEALTH_INSTRUMENTS
+
+# Prometheus job name used by the shipped scrape config, alerts and dashboards.
+JOB = "run-otel"

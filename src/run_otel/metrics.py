@@ -1,0 +1,224 @@
+"""Run, RAG and bridge-health metrics, plus /metrics, /healthz and /readyz.
+
+Runs are counted when their batch has been acknowledged *and* checkpointed
+(the poller calls :meth:`BridgeMetrics.runs_exported` after saving), so a
+replay after a crash, which only re-sends what was never checkpointed, is
+never counted twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from opentelemetry.exporter.prometheus import PrometheusMetricReader
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
+from opentelemetry.sdk.resources import Resource
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from . import __version__
+from . import instruments as I
+from .config import Config
+from .mapping import MAX_DURATION_MS
+from .poller import PollResult, Recorder
+from .rows import INTENTS, RELEASE_OUTCOMES, RELEVANCE_LEVELS, RETRIEVAL_LAYERS, TERMINAL_STATUSES, WAITING_STATUSES
+
+log = logging.getLogger(__name__)
+
+NONE = "none"
+OTHER = "other"
+
+
+def label(value: object, known: frozenset | None = None) -> str:
+    """A low-cardinality label: "none" for NULL, "other" for a value outside ``known``."""
+    if value is None:
+        return NONE
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    text = str(value)
+    return text if known is None or text in known else OTHER
+
+
+_STATUSES = TERMINAL_STATUSES | {s for s in WAITING_STATUSES if s}
+
+
+class BridgeMetrics(Recorder):
+    def __init__(self, config: Config, readers: list[MetricReader], registry: CollectorRegistry | None = None):
+        self.registry = registry
+        views = [
+            View(instrument_name=i.name, aggregation=ExplicitBucketHistogramAggregation(I.SECONDS_BUCKETS))
+            for i in I.ALL
+            if i.kind == I.HISTOGRAM
+        ]
+        # service.name here is the bridge's own; the traces carry the agent's.
+        resource = Resource.create({"service.name": "run-otel", "service.version": __version__})
+        self.provider = MeterProvider(metric_readers=readers, views=views, resource=resource)
+        meter = self.provider.get_meter("run_otel", __version__)
+        self._settle = config.poll.settle_seconds
+        self._i = {}
+        for instrument in I.ALL:
+            factory = {
+                I.COUNTER: meter.create_counter,
+                I.HISTOGRAM: meter.create_histogram,
+                I.GAUGE: meter.create_gauge,
+            }[instrument.kind]
+            self._i[instrument.name] = factory(instrument.name, unit=instrument.unit, description=instrument.description)
+        self._lock = threading.Lock()
+        self.last_poll_ok = False
+        self.last_success = 0.0
+
+    def _get(self, instrument: I.Instrument):
+        return self._i[instrument.name]
+
+    # -- Recorder -------------------------------------------------------------
+
+    def runs_exported(self, result: PollResult, acked_at: float) -> None:
+        for exported in result.runs:
+            run = exported.run
+            status = label(run.status, _STATUSES)
+            intent = label(run.intent, INTENTS)
+            self._get(I.RUNS).add(
+                1, {"status": status, "intent": intent, "release_outcome": label(run.release_outcome, RELEASE_OUTCOMES)}
+            )
+            if run.total_duration_ms is not None and 0 <= run.total_duration_ms <= MAX_DURATION_MS:
+                self._get(I.RUN_DURATION).record(run.total_duration_ms / 1000, {"status": status, "intent": intent})
+            if run.total_token_count:
+                self._get(I.RUN_TOKENS).add(max(run.total_token_count, 0), {"intent": intent})
+            for tool in exported.tools:
+                self._record_tool(tool)
+            if exported.settled_at is not None:
+                self._get(I.EXPORT_DELAY).record(max(acked_at - exported.settled_at - self._settle, 0.0))
+        self._get(I.EXPORTED_SPANS).add(result.spans)
+        if result.rejected_spans:
+            self._get(I.REJECTED_SPANS).add(result.rejected_spans)
+
+    def _record_tool(self, tool) -> None:
+        name = label(tool.tool_name)
+        success = label(tool.success)
+        layer = label(tool.retrieval_layer, RETRIEVAL_LAYERS)
+        self._get(I.TOOL_INVOCATIONS).add(
+            1,
+            {
+                "tool_name": name,
+                "retrieval_layer": layer,
+                "relevance_level": label(tool.relevance_level, RELEVANCE_LEVELS),
+                "success": success,
+            },
+        )
+        if tool.duration_ms is not None and 0 <= tool.duration_ms <= MAX_DURATION_MS:
+            self._get(I.TOOL_DURATION).record(tool.duration_ms / 1000, {"tool_name": name, "success": success})
+        for layer_name, count in (("L0", tool.l0_match_count), ("L1", tool.l1_match_count)):
+            if count and count > 0:
+                self._get(I.RAG_MATCHES).add(count, {"layer": layer_name, "tool_name": name})
+        if tool.dedup_reason is not None:
+            self._get(I.DEDUP).add(1, {"dedup_reason": label(tool.dedup_reason), "tool_name": name})
+        if tool.retrieval_layer is not None and not (tool.l0_match_count or 0) and not (tool.l1_match_count or 0):
+            self._get(I.ZERO_MATCH).add(1, {"retrieval_layer": layer, "tool_name": name})
+
+    def export_failed(self) -> None:
+        self._get(I.EXPORT_FAILURES).add(1)
+
+    def poll_finished(self, seconds: float, ok: bool, pending: int) -> None:
+        self._get(I.POLL_DURATION).record(seconds, {"outcome": "ok" if ok else "error"})
+        with self._lock:
+            self.last_poll_ok = ok
+            if ok:
+                self.last_success = time.time()
+                self._get(I.LAST_SUCCESS).set(self.last_success)
+                self._get(I.PENDING_RUNS).set(pending)
+
+    def row_warnings(self, count: int) -> None:
+        self._get(I.ROW_WARNINGS).add(count)
+
+    def shutdown(self) -> None:
+        self.provider.shutdown()
+
+
+class HealthServer:
+    """/metrics (Prometheus text), /healthz (alive) and /readyz (ready) on one port."""
+
+    def __init__(self, host: str, port: int, registry: CollectorRegistry | None, ready: Callable[[], tuple[bool, str]]):
+        handler = _handler(registry, ready)
+        self._server = ThreadingHTTPServer((host, port), handler)
+        self._server.daemon_threads = True
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, name="run-otel-http", daemon=True)
+
+    def start(self) -> "HealthServer":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def _handler(registry: CollectorRegistry | None, ready: Callable[[], tuple[bool, str]]):
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics" and registry is not None:
+                self._reply(200, generate_latest(registry), CONTENT_TYPE_LATEST)
+            elif path == "/healthz":
+                self._reply(200, b"ok\n")
+            elif path == "/readyz":
+                is_ready, why = ready()
+                self._reply(200 if is_ready else 503, (why + "\n").encode())
+            else:
+                self._reply(404, b"not found\n")
+
+        def _reply(self, code: int, body: bytes, content_type: str = "text/plain; charset=utf-8"):
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_args):  # scrapes every few seconds would flood the log
+            pass
+
+    return Handler
+
+
+def readiness(metrics: BridgeMetrics, interval: float, clock: Callable[[], float] = time.time) -> Callable[[], tuple[bool, str]]:
+    """Ready when the last poll succeeded and it was within three poll intervals."""
+
+    def ready() -> tuple[bool, str]:
+        if not metrics.last_poll_ok:
+            return False, "not ready: the last poll failed or none has finished yet"
+        age = clock() - metrics.last_success
+        if age > 3 * interval:
+            return False, f"not ready: last successful poll {age:.0f}s ago"
+        return True, "ready"
+
+    return ready
+
+
+def build_metrics(config: Config) -> BridgeMetrics:
+    """The metrics with the readers the config asks for (pull, push, or both)."""
+    readers: list[MetricReader] = []
+    registry = None
+    if config.metrics.prometheus:
+        registry = CollectorRegistry()
+        readers.append(PrometheusMetricReader(registry=registry))
+    if config.metrics.otlp:
+        readers.append(
+            PeriodicExportingMetricReader(_otlp_metric_exporter(config), int(config.metrics.otlp_interval_seconds * 1000))
+        )
+    return BridgeMetrics(config, readers, registry)
+
+
+def _otlp_metric_exporter(config: Config):
+    endpoint = config.export_endpoint()
+    if config.export.protocol == "http/protobuf":
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+
+        return OTLPMetricExporter(endpoint=endpoint.rstrip("/") + "/v1/metrics", headers=config.export.headers)
+    from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+
+    return OTLPMetricExporter(endpoint=endpoint, insecure=config.export.insecure, headers=config.export.headers or None)

@@ -1,0 +1,70 @@
+"""Span trees for the terminal, and links into Jaeger and Grafana/Tempo."""
+
+from __future__ import annotations
+
+import json
+from urllib.parse import quote
+
+from rich.text import Text
+from rich.tree import Tree
+
+from . import attributes as A
+from .config import Config
+from .mapping import STATUS_ERROR, MappedRun, SpanData
+
+_ROOT_KEYS = (A.RUN_INTENT, A.RUN_STATUS, A.RUN_RELEASE_OUTCOME, A.RUN_TOTAL_TOKEN_COUNT, A.RUN_TOOL_SPANS_DROPPED)
+_TOOL_KEYS = (A.RAG_RETRIEVAL_LAYER, A.RAG_L0_MATCH_COUNT, A.RAG_L1_MATCH_COUNT, A.RAG_RELEVANCE_LEVEL, A.RAG_DEDUP_REASON)
+_SHORT = {
+    A.RUN_INTENT: "",
+    A.RUN_STATUS: "status=",
+    A.RUN_RELEASE_OUTCOME: "release=",
+    A.RUN_TOTAL_TOKEN_COUNT: "tokens=",
+    A.RUN_TOOL_SPANS_DROPPED: "dropped=",
+    A.RAG_RETRIEVAL_LAYER: "",
+    A.RAG_L0_MATCH_COUNT: "l0=",
+    A.RAG_L1_MATCH_COUNT: "l1=",
+    A.RAG_RELEVANCE_LEVEL: "",
+    A.RAG_DEDUP_REASON: "dedup=",
+}
+
+
+def duration_text(nanos: int) -> str:
+    if nanos >= 1_000_000_000:
+        return f"{nanos / 1e9:.1f} s"
+    return f"{nanos / 1e6:.0f} ms"
+
+
+def _label(span: SpanData, keys: tuple[str, ...]) -> Text:
+    attrs = span.attribute_map()
+    label = Text()
+    label.append(span.name, style="bold")
+    label.append(f"  {duration_text(span.end_ns - span.start_ns)}", style="cyan")
+    for key in keys:
+        if key in attrs:
+            label.append(f"  {_SHORT[key]}{attrs[key]}")
+    paths = attrs.get(A.RAG_EVIDENCE_PATHS)
+    if paths:
+        label.append("  evidence: " + " ".join(paths), style="dim")
+    if span.status_code == STATUS_ERROR:
+        label.append(f"  ERROR {attrs.get(A.ERROR_TYPE, '')}", style="bold red")
+        if span.status_message:
+            label.append(f": {span.status_message[:80]}", style="red")
+    return label
+
+
+def span_tree(mapped: MappedRun) -> Tree:
+    tree = Tree(_label(mapped.root, _ROOT_KEYS))
+    for span in mapped.spans[1:]:
+        tree.add(_label(span, _TOOL_KEYS))
+    return tree
+
+
+def trace_links(config: Config, trace_id_hex: str) -> list[str]:
+    """Ready links for the trace in the configured UIs."""
+    links = []
+    if config.ui.jaeger_url:
+        links.append(f"{config.ui.jaeger_url.rstrip('/')}/trace/{trace_id_hex}")
+    if config.ui.tempo_url:
+        pane = {"t": {"datasource": "tempo", "queries": [{"refId": "A", "queryType": "traceql", "query": trace_id_hex}]}}
+        links.append(f"{config.ui.tempo_url.rstrip('/')}/explore?schemaVersion=1&panes={quote(json.dumps(pane, separators=(',', ':')))}")
+    return links
