@@ -1,0 +1,143 @@
+"""Prometheus alerting rules, built from the instrument catalogue.
+
+``scripts/generate.py`` writes them to ``config/prometheus/alerts.yml``; a
+test fails when the committed file differs. Change a threshold in
+:data:`THRESHOLDS` and regenerate.
+"""
+
+from __future__ import annotations
+
+from . import instruments as I
+
+THRESHOLDS = {
+    # share of finished runs, over WINDOW, with at least MIN_RUNS runs in it
+    "run_failure_ratio": 0.10,
+    "run_fallback_ratio": 0.20,
+    "min_runs": 20,
+    # share of one tool's calls, with at least MIN_TOOL_CALLS calls of it
+    "tool_error_ratio": 0.25,
+    "min_tool_calls": 20,
+    "window": "10m",
+    "for": "15m",
+    # no successful poll for this long (seconds)
+    "stall_seconds": 300,
+    # runs waiting to finish, held for STUCK_FOR
+    "pending_runs": 100,
+    "stuck_for": "30m",
+}
+
+_SERVICE = 'resource.service.name = "diagnosis-agent"'
+
+
+def _ratio(selector: str, by: str = "") -> str:
+    """sum(rate(x{selector})) / sum(rate(x)), grouped ``by`` when given."""
+    group = f" by ({by})" if by else ""
+    window = THRESHOLDS["window"]
+    return f"sum{group}(rate({{name}}{{{{{selector}}}}}[{window}])) / sum{group}(rate({{name}}[{window}]))"
+
+
+def _traffic(by: str = "") -> str:
+    group = f" by ({by})" if by else ""
+    return f"sum{group}(increase({{name}}[{THRESHOLDS['window']}]))"
+
+
+def _run_ratio_rule(alert: str, status: str, threshold: float, what: str) -> dict:
+    runs = I.RUNS.prometheus
+    ratio = _ratio(f'status="{status}"').format(name=runs)
+    traffic = _traffic().format(name=runs)
+    return {
+        "alert": alert,
+        "expr": f"({ratio}) > {threshold}\nand\n{traffic} >= {THRESHOLDS['min_runs']}",
+        "for": THRESHOLDS["for"],
+        "labels": {"severity": "page" if status == "FAILED" else "ticket"},
+        "annotations": {
+            "summary": f"{{{{ $value | humanizePercentage }}}} of diagnosis runs {what} over {THRESHOLDS['window']}",
+            "description": (
+                f"More than {threshold:.0%} of finished diagnosis runs ended {status} for {THRESHOLDS['for']} "
+                f"(at least {THRESHOLDS['min_runs']} runs per {THRESHOLDS['window']}). Open the traces: "
+                f'TraceQL {{ {_SERVICE} && span.diagnosis.run.status = "{status}" }}, or in Jaeger search '
+                f"service=diagnosis-agent with tag diagnosis.run.status={status}. Compare "
+                "the RAG retrieval dashboard for a layer that stopped matching."
+            ),
+        },
+    }
+
+
+def rules() -> dict:
+    tools = I.TOOL_INVOCATIONS.prometheus
+    tool_ratio = _ratio('success="false"', "tool_name").format(name=tools)
+    tool_traffic = _traffic("tool_name").format(name=tools)
+    last_success = I.LAST_SUCCESS.prometheus
+    return {
+        "groups": [
+            {
+                "name": "diagnosis-runs",
+                "rules": [
+                    _run_ratio_rule("DiagnosisRunFailureRateHigh", "FAILED", THRESHOLDS["run_failure_ratio"], "failed"),
+                    _run_ratio_rule("DiagnosisRunFallbackRateHigh", "FALLBACK", THRESHOLDS["run_fallback_ratio"], "fell back"),
+                    {
+                        "alert": "DiagnosisToolErrorRateHigh",
+                        "expr": f"({tool_ratio}) > {THRESHOLDS['tool_error_ratio']}\nand\n{tool_traffic} >= {THRESHOLDS['min_tool_calls']}",
+                        "for": THRESHOLDS["for"],
+                        "labels": {"severity": "ticket"},
+                        "annotations": {
+                            "summary": "Tool {{ $labels.tool_name }} fails {{ $value | humanizePercentage }} of its calls",
+                            "description": (
+                                f"More than {THRESHOLDS['tool_error_ratio']:.0%} of {{{{ $labels.tool_name }}}} calls failed for "
+                                f"{THRESHOLDS['for']}. Failing calls are ERROR spans with error.type=tool_error: TraceQL "
+                                f'{{ {_SERVICE} && span.gen_ai.tool.name = "{{{{ $labels.tool_name }}}}" && status = error }}.'
+                            ),
+                        },
+                    },
+                    {
+                        "alert": "DiagnosisRunsStuckPending",
+                        "expr": f"max({I.PENDING_RUNS.prometheus}) > {THRESHOLDS['pending_runs']}",
+                        "for": THRESHOLDS["stuck_for"],
+                        "labels": {"severity": "ticket"},
+                        "annotations": {
+                            "summary": "{{ $value }} diagnosis runs have been waiting to finish",
+                            "description": (
+                                f"More than {THRESHOLDS['pending_runs']} runs stayed PENDING or RUNNING for "
+                                f"{THRESHOLDS['stuck_for']}: the agent may be stuck. They are exported as incomplete "
+                                "after poll.run_timeout_seconds: TraceQL "
+                                f"{{ {_SERVICE} && span.diagnosis.run.incomplete = true }}."
+                            ),
+                        },
+                    },
+                ],
+            },
+            {
+                "name": "run-otel",
+                "rules": [
+                    {
+                        "alert": "RunOtelExportStalled",
+                        "expr": f"time() - max({last_success}) > {THRESHOLDS['stall_seconds']}",
+                        "for": "5m",
+                        "labels": {"severity": "page"},
+                        "annotations": {
+                            "summary": "run-otel has not completed a poll for {{ $value | humanizeDuration }}",
+                            "description": (
+                                "Traces are not reaching Jaeger/Tempo. Check run_otel_export_failures_total, "
+                                "`run-otel check`, and the bridge's log for the database or OTLP error. "
+                                "Nothing is lost: the checkpoint resumes when the cause is fixed."
+                            ),
+                        },
+                    },
+                    {
+                        "alert": "RunOtelDown",
+                        "expr": f'up{{job="{I.JOB}"}} == 0 or absent(up{{job="{I.JOB}"}})',
+                        "for": "5m",
+                        "labels": {"severity": "page"},
+                        "annotations": {
+                            "summary": "run-otel is down or not scraped",
+                            "description": (
+                                "Prometheus cannot scrape run-otel's /metrics. Runs keep accumulating in the "
+                                "database and will be exported from the checkpoint once it is back; "
+                                "see /healthz and /readyz on the metrics port."
+                            ),
+                        },
+                    },
+                ],
+            },
+        ]
+    }
