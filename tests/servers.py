@@ -280,3 +280,56 @@ def _port_open(port: int) -> bool:
     with socket.socket() as sock:
         sock.settimeout(0.2)
         return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+class Prometheus:
+    """Debian's prometheus (2.42), scraping run-otel on loopback every second."""
+
+    def __init__(self, base: Path, target: str, rules: Path, shipped_config: Path):
+        import yaml
+
+        self.base = base
+        self.port = free_port()
+        config = yaml.safe_load(shipped_config.read_text())
+        # The shipped scrape config, pointed at the test's run-otel and scraped fast.
+        config["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
+        config["rule_files"] = [str(rules)]
+        config["scrape_configs"][0]["static_configs"] = [{"targets": [target]}]
+        self.config = base / "prometheus.yml"
+        self.config.write_text(yaml.safe_dump(config))
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        log = (self.base / "prometheus.log").open("ab")
+        self.process = subprocess.Popen(
+            [
+                _binary("prometheus"),
+                f"--config.file={self.config}",
+                f"--storage.tsdb.path={self.base / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+            ],
+            stdout=log,
+            stderr=log,
+        )
+        wait_for(self._ready, 60, "prometheus to be ready", 0.2)
+
+    def _ready(self) -> bool:
+        import requests
+
+        try:
+            return requests.get(f"http://127.0.0.1:{self.port}/-/ready", timeout=2).status_code == 200
+        except requests.RequestException:
+            return False
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(30)
+
+    def query(self, expr: str) -> list:
+        import requests
+
+        reply = requests.get(f"http://127.0.0.1:{self.port}/api/v1/query", params={"query": expr}, timeout=10).json()
+        if reply["status"] != "success":
+            raise AssertionError(f"{expr}: {reply}")
+        return reply["data"]["result"]

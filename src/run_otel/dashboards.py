@@ -48,7 +48,7 @@ def _stat(title: str, unit: str, query: prometheus.Dataquery) -> stat.Panel:
 
 def _explore(datasource: str, query: dict) -> str:
     pane = {"a": {"datasource": datasource, "queries": [{"refId": "A", **query}], "range": {"from": "${__from}", "to": "${__to}"}}}
-    return "/explore?schemaVersion=1&panes=" + quote(json.dumps(pane, separators=(",", ":")), safe="$")
+    return "/explore?schemaVersion=1&panes=" + quote(json.dumps(pane, separators=(",", ":")), safe="${}_")
 
 
 def failed_run_links() -> list[DashboardLink]:
@@ -234,7 +234,7 @@ def health_dashboard() -> Dashboard:
                 "Spans exported and rejected",
                 "short",
                 _query(f"sum(rate({I.EXPORTED_SPANS.prometheus}[{RATE}]))", "exported/s"),
-                _query(f"sum(rate({I.REJECTED_SPANS.prometheus}[{RATE}])) or vector(0)", "rejected/s"),
+                _query(f"sum(rate({I.REJECTED_SPANS.prometheus}[{RATE}]))", "rejected/s"),
             )
         )
         .with_panel(
@@ -258,8 +258,8 @@ def health_dashboard() -> Dashboard:
             _timeseries(
                 "Bad-row warnings and export failures",
                 "short",
-                _query(f"sum(increase({I.ROW_WARNINGS.prometheus}[{RATE}])) or vector(0)", "row warnings"),
-                _query(f"sum(increase({I.EXPORT_FAILURES.prometheus}[{RATE}])) or vector(0)", "export failures"),
+                _query(f"sum(increase({I.ROW_WARNINGS.prometheus}[{RATE}]))", "row warnings"),
+                _query(f"sum(increase({I.EXPORT_FAILURES.prometheus}[{RATE}]))", "export failures"),
             )
         )
     )

@@ -71,6 +71,17 @@ class BridgeMetrics(Recorder):
         self._lock = threading.Lock()
         self.last_poll_ok = False
         self.last_success = 0.0
+        self._zero_run_counters()
+
+    def _zero_run_counters(self) -> None:
+        """Starts the usual run series at 0, so rate() sees the first runs after a restart."""
+        for status in sorted(TERMINAL_STATUSES):
+            for intent in sorted(INTENTS):
+                self._get(I.RUNS).add(0, {"status": status, "intent": intent, "release_outcome": status})
+        self._get(I.EXPORTED_SPANS).add(0)
+        self._get(I.EXPORT_FAILURES).add(0)
+        self._get(I.REJECTED_SPANS).add(0)
+        self._get(I.ROW_WARNINGS).add(0)
 
     def _get(self, instrument: I.Instrument):
         return self._i[instrument.name]

@@ -1,0 +1,77 @@
+"""Dashboards and alert rules stay what their generator, and the instrument catalogue, say."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from run_otel import instruments as I
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def dashboards() -> dict[str, dict]:
+    return {p.name: json.loads(p.read_text()) for p in (ROOT / "dashboards").glob("*.json")}
+
+
+def exprs(board: dict) -> list[str]:
+    return [t["expr"] for p in board["panels"] for inner in [p, *p.get("panels", [])] for t in inner.get("targets", [])]
+
+
+def test_committed_files_match_the_generator():
+    done = subprocess.run([sys.executable, str(ROOT / "scripts/generate.py"), "--check"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_three_dashboards_with_prometheus_and_trace_variables():
+    boards = dashboards()
+    assert set(boards) == {"diagnosis-runs.json", "rag-retrieval.json", "exporter-health.json"}
+    for name, board in boards.items():
+        variables = {v["name"]: v for v in board["templating"]["list"]}
+        assert variables["datasource"]["query"] == "prometheus", name
+        assert variables["traces"]["query"] == "tempo", name
+        for panel in board["panels"]:
+            if panel["type"] != "row":
+                assert panel["datasource"]["uid"] == "${datasource}", (name, panel["title"])
+
+
+def test_run_panels_link_to_failed_runs_in_tempo_and_jaeger():
+    board = dashboards()["diagnosis-runs.json"]
+    links = [link["url"] for p in board["panels"] for link in p.get("links", [])]
+    assert any("traceql" in url and "%24%7Btraces%7D" not in url and "${traces}" in url for url in links)
+    assert any("jaeger" in url for url in links)
+    assert all("FAILED" in url for url in links)
+
+
+def test_every_run_and_rag_metric_is_on_a_dashboard():
+    text = "\n".join(e for board in dashboards().values() for e in exprs(board))
+    for instrument in I.ALL:
+        assert instrument.prometheus in text, instrument.name
+
+
+def test_alerts_use_only_catalogue_metrics():
+    rules = yaml.safe_load((ROOT / "config/prometheus/alerts.yml").read_text())
+    names = {i.prometheus for i in I.ALL} | {"up"}
+    for group in rules["groups"]:
+        for rule in group["rules"]:
+            used = {token for token in _metric_tokens(rule["expr"])}
+            assert used <= names, (rule["alert"], used - names)
+
+
+def _metric_tokens(expr: str) -> set[str]:
+    import re
+
+    words = set(re.findall(r"\b([a-z_][a-z0-9_]*)(?:\{|\[|\))", expr))
+    return {w for w in words if "_" in w and w not in {"histogram_quantile", "tool_name"}} | (
+        {"up"} if "up{" in expr else set()
+    )
+
+
+def test_readme_lists_every_metric():
+    readme = (ROOT / "README.md").read_text()
+    for instrument in I.ALL:
+        assert f"`{instrument.prometheus}`" in readme, instrument.prometheus
