@@ -62,6 +62,16 @@ def agent_db(mariadb) -> AgentDb:
     conn.close()
 
 
+@pytest.fixture
+def private_mariadb(tmp_path):
+    """A MariaDB server of the test's own, for tests that stop and restart it."""
+    server = MariaDB(tmp_path / "private-mariadb")
+    server.install()
+    server.start()
+    yield server
+    server.stop()
+
+
 @dataclass
 class Otlp:
     receiver: Receiver
@@ -151,3 +161,34 @@ def table_rows(agent_db: AgentDb, sql: str) -> list[dict]:
     with agent_db.engine().connect() as conn:
         return [dict(row._mapping) for row in conn.execute(text(sql))]
 
+
+
+class DaemonProcess:
+    """`run-otel run` in a subprocess, with its stderr kept in a file."""
+
+    def __init__(self, config: Path, log: Path):
+        self.log = log
+        self._fh = log.open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "run_otel.cli", "run", "--config", str(config)], stdout=self._fh, stderr=self._fh
+        )
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+    def terminate(self, timeout: float = 60) -> int:
+        self.process.terminate()
+        return self.process.wait(timeout)
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def rss_kib(self) -> int:
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        raise AssertionError("no VmRSS")
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")

@@ -28,6 +28,7 @@ from .config import Config, ConfigError, load_config
 from .demo import demo_config, generate, interesting_runs, seed_demo_database, summary_rows
 from .encoding import resource_attributes
 from .export import ExportError, JsonFileSink, build_sink
+from .lease import LeaseError, MySqlLease
 from .mapping import Mapper
 from .metrics import BridgeMetrics, HealthServer, build_metrics, readiness
 from .poller import Poller, PollResult, Recorder
@@ -113,7 +114,7 @@ def _guarded(action: Callable[[], None]) -> None:
     """Runs a command body; known failures become one line and exit code 1."""
     try:
         action()
-    except (SourceError, ExportError, CheckpointError) as exc:
+    except (SourceError, ExportError, CheckpointError, LeaseError) as exc:
         _fail(str(exc))
 
 
@@ -210,9 +211,22 @@ class Daemon:
         self._retry_at = 0.0
         self.metrics, self.server = start_metrics(config)
         self.poller = build_poller(config, recorder=self.metrics)
+        self.lease = None
+        if config.ha.enabled:
+            self.lease = MySqlLease(self.poller.source.engine, config.ha.lock_name, config.ha.takeover_seconds)
+            self.poller.keep_going = self.lease.held
+
+    def _active(self) -> bool:
+        """Whether this instance should poll now: always without HA, else while it holds the lease."""
+        if self.lease is None:
+            return True
+        holding = self.lease.held()
+        if self.metrics:
+            self.metrics.standby = not holding
+        return holding
 
     def _tick(self) -> None:
-        if time.monotonic() < self._retry_at or self._stop.is_set():
+        if time.monotonic() < self._retry_at or self._stop.is_set() or not self._active():
             return
         try:
             result = self.poller.poll()
@@ -253,6 +267,8 @@ class Daemon:
         self._stop.wait()
         log.info("stopping: finishing the batch in flight")
         scheduler.shutdown(wait=True)
+        if self.lease:
+            self.lease.release()
         if self.server:
             self.server.stop()
         if self.metrics:

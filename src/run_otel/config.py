@@ -351,6 +351,11 @@ def _validate(config: Config) -> None:
     start = config.poll.start_from
     if start not in ("now", "beginning") and not (start.isdigit() and int(start) > 0):
         raise ConfigError(f"poll.start_from must be now, beginning or a positive run id, got {start!r}")
+    if config.ha.enabled and config.ha.takeover_seconds <= config.poll.interval_seconds:
+        raise ConfigError(
+            f"ha.takeover_seconds ({config.ha.takeover_seconds:g}) must be longer than poll.interval_seconds "
+            f"({config.poll.interval_seconds:g}): the active instance renews its lease once per poll"
+        )
     if not 0 < config.metrics.port < 65536:
         raise ConfigError(f"metrics.port must be a TCP port, got {config.metrics.port}")
     try:

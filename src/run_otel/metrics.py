@@ -71,6 +71,8 @@ class BridgeMetrics(Recorder):
         self._lock = threading.Lock()
         self.last_poll_ok = False
         self.last_success = 0.0
+        # An HA standby does not poll; it is ready while it can reach the lease.
+        self.standby = False
         self._zero_run_counters()
 
     def _zero_run_counters(self) -> None:
@@ -200,6 +202,8 @@ def readiness(metrics: BridgeMetrics, interval: float, clock: Callable[[], float
     """Ready when the last poll succeeded and it was within three poll intervals."""
 
     def ready() -> tuple[bool, str]:
+        if metrics.standby:
+            return True, "ready: standby, another instance holds the lease"
         if not metrics.last_poll_ok:
             return False, "not ready: the last poll failed or none has finished yet"
         age = clock() - metrics.last_success

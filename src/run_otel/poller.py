@@ -95,6 +95,8 @@ class Poller:
         self._shard_index, self._shard_total = config.shard
         self._unknown_statuses: set[str] = set()
         self.stop_requested = threading.Event()
+        # Asked between batches of a long drain; the HA lease answers False once lost.
+        self.keep_going: Callable[[], bool] = lambda: True
 
     # -- public -------------------------------------------------------------
 
@@ -113,7 +115,7 @@ class Poller:
             while True:
                 result = self._poll_batch()
                 total.add(result)
-                if not result.full_batch or self.stop_requested.is_set():
+                if not result.full_batch or self.stop_requested.is_set() or not self.keep_going():
                     break
         except Exception:
             self._recorder.poll_finished(self._clock() - started, ok=False, pending=total.pending)
