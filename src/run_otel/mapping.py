@@ -18,7 +18,7 @@ from zoneinfo import ZoneInfo
 from . import attributes as A
 from .config import Config
 from .content import Cleaner
-from .rows import RELEVANCE_LEVELS, RETRIEVAL_LAYERS, RunRow, ToolRow, is_terminal
+from .rows import RELEVANCE_LEVELS, RETRIEVAL_LAYERS, RunRow, ToolRow
 
 AttrValue = Union[str, bool, int, float, tuple[str, ...]]
 
@@ -137,7 +137,7 @@ class Mapper:
             start_ns=start_ns,
             end_ns=end_ns,
             attributes=self._run_attributes(run, incomplete, len(tools) - len(kept)),
-            **self._run_status(run, incomplete, warnings),
+            **self._run_status(run, incomplete),
         )
         return MappedRun([root, *children], warnings)
 
@@ -165,13 +165,13 @@ class Mapper:
             end_ns = max(end_ns, *(c.end_ns for c in children))
         return start_ns, end_ns
 
-    def _run_status(self, run: RunRow, incomplete: bool, warnings: list[str]) -> dict:
+    @staticmethod
+    def _run_status(run: RunRow, incomplete: bool) -> dict:
+        # An unknown status is UNSET like SUCCESS; the poller logs it once per value.
         if incomplete:
             return {"status_code": STATUS_ERROR, "status_message": "run did not finish in time"}
         if run.status == "FAILED":
             return {"status_code": STATUS_ERROR, "status_message": "run failed"}
-        if is_terminal(run.status) and run.status not in ("SUCCESS", "FALLBACK", "CANCELLED"):
-            warnings.append(f"unknown diagnosis_run.status {run.status!r}")
         return {}
 
     def _run_attributes(self, run: RunRow, incomplete: bool, dropped: int) -> tuple:

@@ -274,7 +274,11 @@ class Poller:
         return self._shard_total == 1 or shard_of(run.run_id, self._shard_total) == self._shard_index
 
     def _note_unknown_status(self, status: str | None) -> None:
-        if status not in TERMINAL_STATUSES and status not in self._unknown_statuses:
+        """Counts every run with an unknown status; logs each such value once."""
+        if status in TERMINAL_STATUSES:
+            return
+        self._recorder.row_warnings(1)
+        if status not in self._unknown_statuses:
             self._unknown_statuses.add(status)
             log.warning("unknown diagnosis_run.status %r: treated as terminal", status)
 
