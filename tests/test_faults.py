@@ -6,9 +6,8 @@ from __future__ import annotations
 import random
 import sqlite3
 import time
-from types import SimpleNamespace
 
-from conftest import DaemonProcess, bridge_sections, run_cli, table_rows, utc_now_naive, write_config
+from conftest import AgentDb, DaemonProcess, bridge_sections, run_cli, table_rows, utc_now_naive, write_config
 from run_otel.demo import generate, insert_workload
 from servers import Receiver, wait_for
 
@@ -26,14 +25,13 @@ def seed(agent_db, runs: int, seed_value: int) -> None:
     insert_workload(agent_db.engine(), generate(seed_value, runs, anchor=utc_now_naive()))
 
 
-def config(tmp_path, agent_db, endpoint: str, **overrides):
-    sections = bridge_sections(agent_db, tmp_path, endpoint, **overrides)
+def config(tmp_path, agent_db, endpoint: str, protocol: str = "grpc", **overrides):
+    sections = bridge_sections(agent_db, tmp_path, endpoint, protocol, **overrides)
     return write_config(tmp_path / "run-otel.toml", sections)
 
 
 def test_database_restart_keeps_the_daemon_alive(private_mariadb, otlp, tmp_path):
-    db = SimpleNamespace(url=private_mariadb.create_database("agent"), server=private_mariadb, name="agent")
-    db.engine = lambda: __import__("conftest").AgentDb(private_mariadb, "agent", db.url).engine()
+    db = AgentDb(private_mariadb, "agent", private_mariadb.create_database("agent"))
     seed(db, 50, 1)
     daemon = DaemonProcess(
         config(tmp_path, db, otlp.endpoint("grpc"), poll={"interval_seconds": 0.5, "retry_initial_seconds": 0.5, "retry_max_seconds": 2}),
@@ -90,12 +88,12 @@ def test_partial_success_is_logged_and_counted(agent_db, tmp_path):
 
 
 def test_kill_9_twenty_times_loses_nothing(agent_db, otlp, tmp_path):
-    seed(agent_db, 1200, 6)
-    path = config(tmp_path, agent_db, otlp.endpoint("grpc"), poll={"batch_size": 15, "interval_seconds": 0.2})
+    seed(agent_db, 6000, 6)
+    path = config(tmp_path, agent_db, otlp.endpoint("grpc"), poll={"batch_size": 5, "interval_seconds": 0.2})
     rng = random.Random(20)
     for _ in range(20):
         daemon = DaemonProcess(path, tmp_path / "daemon.log")
-        time.sleep(rng.uniform(0.3, 1.5))
+        time.sleep(rng.uniform(0.6, 1.8))  # past start-up, at a random point of the drain
         daemon.kill()
     assert received_roots(otlp.receiver) < terminal_trace_ids(agent_db)  # really killed mid-backlog
     last = DaemonProcess(path, tmp_path / "daemon.log")
