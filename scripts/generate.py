@@ -1,4 +1,5 @@
-"""Writes the generated artefacts: dashboards/*.json and config/prometheus/alerts.yml.
+"""Writes the generated artefacts: dashboards/*.json, config/prometheus/alerts.yml and
+the compose stack's demo workload, deploy/mysql/03-demo-workload.sql.
 
     .venv/bin/python scripts/generate.py          # rewrite them
     .venv/bin/python scripts/generate.py --check  # exit 1 if any is stale
@@ -10,12 +11,17 @@ renamed everywhere.
 from __future__ import annotations
 
 import sys
+from datetime import datetime
 from pathlib import Path
 
 import yaml
 
 from run_otel.alerts import rules
 from run_otel.dashboards import DASHBOARDS, render
+from run_otel.demo import generate, workload_sql
+
+# A fixed anchor keeps the file stable; its times are written relative to NOW().
+DEMO_ANCHOR = datetime(2026, 1, 1)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,6 +46,7 @@ def alerts_yaml() -> str:
 def artefacts() -> dict[Path, str]:
     files = {ROOT / "dashboards" / name: render(factory) for name, factory in DASHBOARDS.items()}
     files[ROOT / "config" / "prometheus" / "alerts.yml"] = alerts_yaml()
+    files[ROOT / "deploy" / "mysql" / "03-demo-workload.sql"] = workload_sql(generate(42, 300, DEMO_ANCHOR), DEMO_ANCHOR)
     return files
 
 
