@@ -142,7 +142,7 @@ def _check_endpoint(config: Config) -> Iterator[Finding]:
     sink = build_sink(quick)
     try:
         # An empty request is valid OTLP: it proves the endpoint speaks it, and exports nothing.
-        sink.send(ExportTraceServiceRequest())
+        sink.send(ExportTraceServiceRequest().SerializeToString())
         yield Finding(OK, "otlp endpoint", f"{sink.describe()} accepted an empty export")
     except ExportError as exc:
         yield Finding(FAIL, "otlp endpoint", str(exc))

@@ -1,7 +1,8 @@
 """OTLP sinks: gRPC, HTTP/protobuf, and an OTLP-JSON file for the demo.
 
-Each ``send`` returns an :class:`Ack` only when the receiver accepted the
-request; anything else raises :class:`ExportError`. The checkpoint advances on
+Each ``send`` takes a serialized ExportTraceServiceRequest and returns an
+:class:`Ack` only when the receiver accepted it; anything else raises
+:class:`ExportError`. The checkpoint advances on
 that answer alone, so unlike a BatchSpanProcessor a failure is never silent.
 
 The SDK's span exporters take ``ReadableSpan`` objects and drop the receiver's
@@ -29,7 +30,6 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import TraceServiceStub
 
 from .config import Config
 
@@ -56,7 +56,7 @@ class Ack:
 
 
 class Sink(Protocol):
-    def send(self, request: ExportTraceServiceRequest) -> Ack: ...
+    def send(self, request: bytes) -> Ack: ...
 
     def close(self) -> None: ...
 
@@ -97,7 +97,12 @@ class GrpcSink:
             if secure
             else grpc.insecure_channel(self._target, options=options)
         )
-        self._stub = TraceServiceStub(self._channel)
+        # The request is already serialized: send its bytes as they are.
+        self._export = self._channel.unary_unary(
+            "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+            request_serializer=None,
+            response_deserializer=ExportTraceServiceResponse.FromString,
+        )
         self._metadata = tuple((k.lower(), v) for k, v in config.export.headers.items())
         self._timeout = config.export.timeout_seconds
         self._attempts = config.export.max_attempts
@@ -106,12 +111,12 @@ class GrpcSink:
     def describe(self) -> str:
         return f"OTLP/gRPC {self._target}"
 
-    def send(self, request: ExportTraceServiceRequest) -> Ack:
+    def send(self, request: bytes) -> Ack:
         return _with_retries(lambda: self._send_once(request), self._attempts, self.describe())
 
-    def _send_once(self, request: ExportTraceServiceRequest) -> Ack:
+    def _send_once(self, request: bytes) -> Ack:
         try:
-            response = self._stub.Export(
+            response = self._export(
                 request, timeout=self._timeout, metadata=self._metadata, compression=self._compression
             )
         except grpc.RpcError as exc:
@@ -140,8 +145,8 @@ class HttpSink:
     def describe(self) -> str:
         return f"OTLP/HTTP {self._url}"
 
-    def send(self, request: ExportTraceServiceRequest) -> Ack:
-        body = request.SerializeToString()
+    def send(self, request: bytes) -> Ack:
+        body = request
         if self._gzip:
             body = gzip.compress(body, mtime=0)
         return _with_retries(lambda: self._send_once(body), self._attempts, self.describe())
@@ -180,8 +185,8 @@ class JsonFileSink:
     def describe(self) -> str:
         return f"OTLP-JSON file {self.path}"
 
-    def send(self, request: ExportTraceServiceRequest) -> Ack:
-        self._fh.write(otlp_json(request).encode("utf-8") + b"\n")
+    def send(self, request: bytes) -> Ack:
+        self._fh.write(otlp_json(ExportTraceServiceRequest.FromString(request)).encode("utf-8") + b"\n")
         self._fh.flush()
         return Ack()
 

@@ -29,6 +29,7 @@ _UUID_RUN_ID = re.compile(
     r"run-([0-9a-fA-F]{8})-([0-9a-fA-F]{4})-([0-9a-fA-F]{4})-([0-9a-fA-F]{4})-([0-9a-fA-F]{12})"
 )
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_NAIVE_EPOCH = datetime(1970, 1, 1)
 _NS_PER_MS = 1_000_000
 # A duration beyond a day is a broken row, not a slow call: treat it as absent
 # so one bad value does not stretch a trace over weeks.
@@ -101,6 +102,7 @@ class Mapper:
 
     def __init__(self, config: Config):
         self._zone = ZoneInfo(config.source.timezone)
+        self._utc = config.source.timezone in ("UTC", "Etc/UTC")
         self._agent_name = config.trace.agent_name
         self._provider = config.trace.provider_name
         self._openinference = "openinference" in config.trace.conventions
@@ -115,8 +117,10 @@ class Mapper:
         """A naive DATETIME in ``source.timezone`` as Unix nanoseconds; None if not a date."""
         if not isinstance(value, datetime):
             return None
-        aware = value.replace(tzinfo=self._zone) if value.tzinfo is None else value
-        delta = aware - _EPOCH
+        if value.tzinfo is None and self._utc:
+            delta = value - _NAIVE_EPOCH  # the common case, without building an aware datetime
+        else:
+            delta = (value.replace(tzinfo=self._zone) if value.tzinfo is None else value) - _EPOCH
         return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1_000
 
     # -- the run ------------------------------------------------------------
@@ -195,7 +199,8 @@ class Mapper:
             (A.RUN_TOTAL_TOKEN_COUNT, run.total_token_count),
             (A.RUN_DURATION_MS, run.total_duration_ms),
         ):
-            _put(attrs, key, value)
+            if value is not None:
+                attrs.append((key, value))
         if run.status == "FAILED" and not incomplete:
             attrs.append((A.ERROR_TYPE, A.ERROR_RUN_FAILED))
         if incomplete:
@@ -267,7 +272,8 @@ class Mapper:
             (A.RAG_RELEVANCE_LEVEL, tool.relevance_level),
             (A.RAG_DEDUP_REASON, tool.dedup_reason),
         ):
-            _put(attrs, key, value)
+            if value is not None:
+                attrs.append((key, value))
         details = _json_object(tool.retrieval_details, f"tool_invocation {tool.id}: retrieval_details", warnings)
         refs = self._evidence(details, attrs, tool, warnings)
         _put(attrs, A.TOOL_OUTPUT_LENGTH, tool.output_length)

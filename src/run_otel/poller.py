@@ -14,11 +14,9 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from opentelemetry.proto.trace.v1.trace_pb2 import Span
-
 from .checkpoint import Checkpoint, CheckpointStore
 from .config import Config
-from .encoding import encode_request, encode_span
+from .encoding import FastEncoder
 from .export import Ack, Sink
 from .mapping import Mapper, MappedRun, shard_of
 from .rows import TERMINAL_STATUSES, RunRow, ToolRow, is_terminal
@@ -88,10 +86,10 @@ class Poller:
         self._source = source
         self._sink = sink
         self._store = store
-        self._resource = resource
         self._recorder = recorder or Recorder()
         self._clock = clock
         self.mapper = Mapper(config)
+        self._encoder = FastEncoder(resource)
         self._shard_index, self._shard_total = config.shard
         self._unknown_statuses: set[str] = set()
         self.stop_requested = threading.Event()
@@ -138,7 +136,7 @@ class Poller:
             settled_at = updated_ns / 1e9 if updated_ns is not None else None
             mapped.append((ExportedRun(run, run_tools, run.id in incomplete_ids, len(one.spans), settled_at), one))
         for request_spans in self._requests(m for _, m in mapped):
-            ack = self._sink.send(encode_request(request_spans, self._resource))
+            ack = self._sink.send(self._encoder.request(request_spans))
             self._note_rejections(ack, len(request_spans))
             result.rejected_spans += ack.rejected_spans
         result.runs = [exported for exported, _ in mapped]
@@ -286,14 +284,14 @@ class Poller:
         if ack.rejected_spans:
             log.warning("receiver rejected %d of %d spans: %s", ack.rejected_spans, sent, ack.message or "no reason given")
 
-    @staticmethod
-    def _requests(runs: Iterator[MappedRun]) -> Iterator[list[Span]]:
+    def _requests(self, runs: Iterator[MappedRun]) -> Iterator[list[bytes]]:
         """Encoded spans grouped into requests of at most MAX_REQUEST_BYTES; a run never splits."""
-        batch: list[Span] = []
+        batch: list[bytes] = []
         size = 0
+        encode = self._encoder.span
         for mapped in runs:
-            encoded = [encode_span(span) for span in mapped.spans]
-            run_size = sum(s.ByteSize() for s in encoded)
+            encoded = [encode(span) for span in mapped.spans]
+            run_size = sum(len(s) for s in encoded)
             if batch and size + run_size > MAX_REQUEST_BYTES:
                 yield batch
                 batch, size = [], 0

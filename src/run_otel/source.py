@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import fields
 from datetime import datetime
 
 from sqlalchemy import Engine, create_engine, func, select
@@ -21,42 +22,11 @@ from .schema import diagnosis_run, tool_invocation
 
 log = logging.getLogger(__name__)
 
-RUN_COLUMNS = (
-    "id",
-    "run_id",
-    "session_id",
-    "status",
-    "agent_flow",
-    "intent",
-    "release_outcome",
-    "feedback",
-    "total_duration_ms",
-    "total_token_count",
-    "step_count",
-    "tool_call_count",
-    "created_at",
-    "updated_at",
-)
+# The columns read are the row types' fields, in their order, so rows build positionally.
 RUN_CONTENT_COLUMNS = ("query", "answer", "published_result")
-TOOL_COLUMNS = (
-    "id",
-    "run_id",
-    "step_id",
-    "tool_name",
-    "output_length",
-    "retrieval_layer",
-    "l0_match_count",
-    "l1_match_count",
-    "is_truncated",
-    "relevance_level",
-    "dedup_reason",
-    "retrieval_details",
-    "duration_ms",
-    "success",
-    "error_message",
-    "created_at",
-)
 TOOL_CONTENT_COLUMNS = ("input_params", "output_preview")
+RUN_COLUMNS = tuple(f.name for f in fields(RunRow) if f.name not in RUN_CONTENT_COLUMNS)
+TOOL_COLUMNS = tuple(f.name for f in fields(ToolRow) if f.name not in TOOL_CONTENT_COLUMNS)
 
 
 class SourceError(RuntimeError):
@@ -118,19 +88,19 @@ class Source:
         if until_id is not None:
             stmt = stmt.where(diagnosis_run.c.id <= until_id)
         stmt = stmt.order_by(diagnosis_run.c.id).limit(limit)
-        return [RunRow(**row._mapping) for row in self._fetch(stmt)]
+        return [RunRow(*row) for row in self._fetch(stmt)]
 
     def runs_by_ids(self, ids: Iterable[int]) -> list[RunRow]:
         ordered = sorted(set(ids))
         out: list[RunRow] = []
         for chunk in _chunks(ordered, self._chunk):
             stmt = self._run_select.where(diagnosis_run.c.id.in_(chunk)).order_by(diagnosis_run.c.id)
-            out.extend(RunRow(**row._mapping) for row in self._fetch(stmt))
+            out.extend(RunRow(*row) for row in self._fetch(stmt))
         return out
 
     def run_by_run_id(self, run_id: str) -> RunRow | None:
         rows = self._fetch(self._run_select.where(diagnosis_run.c.run_id == run_id))
-        return RunRow(**rows[0]._mapping) if rows else None
+        return RunRow(*rows[0]) if rows else None
 
     def created_at_from(self, first_id: int) -> tuple[int, datetime] | None:
         """The first run at or after ``first_id``: a primary-key probe, for backfill bounds."""
@@ -174,9 +144,10 @@ class Source:
                 tool_invocation.c.run_id, tool_invocation.c.id
             )
             for row in self._fetch(stmt):
-                key = row.run_id if row.run_id in by_run else folded.get(row.run_id.casefold())
+                tool = ToolRow(*row)
+                key = tool.run_id if tool.run_id in by_run else folded.get(tool.run_id.casefold())
                 if key is not None:
-                    by_run[key].append(ToolRow(**row._mapping))
+                    by_run[key].append(tool)
         return by_run
 
     def close(self) -> None:

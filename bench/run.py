@@ -1,0 +1,404 @@
+"""run-otel's benchmark: one command, one MariaDB, every figure side by side.
+
+    .venv/bin/python bench/run.py                  # 20,000 runs x 8 tools, 3 repetitions
+    .venv/bin/python bench/run.py --runs 2000 --reps 1 --skip-delay   # a quick look
+
+It starts its own MariaDB (Debian's mariadb-server, as the tests do) and an
+OTLP/gRPC receiver in a separate process that only counts spans, then reports:
+
+1. backfill: `run-otel backfill` end to end, spans/s and peak RSS;
+2. sdk-baseline: the same rows and mapping, sent as ReadableSpans through the
+   SDK's OTLP encoder and gRPC exporter;
+3. raw-read: the same rows and columns read with the same driver, no mapping;
+4. idle poll: a poll that finds nothing, on a 10k-row and a 1M-row table;
+5. delay: p50/p95 from a run turning terminal to the receiver's ack, under a
+   live load of 50 runs/s, at the default poll settings.
+
+Medians over --reps repetitions, and ratios, because the machine is noisy.
+Results go to bench/results/latest.json and a table on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from concurrent import futures
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))  # the test suite's server harness
+
+import grpc  # noqa: E402
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc  # noqa: E402
+
+from servers import MariaDB, free_port, wait_for  # noqa: E402
+
+# -- a receiver that only counts, in its own process ---------------------------------
+
+
+def _count_spans(blob: bytes) -> int:
+    request = trace_service_pb2.ExportTraceServiceRequest.FromString(blob)
+    return sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
+
+
+def _counting_receiver(port: int, counter, arrivals) -> None:
+    class Service(trace_service_pb2_grpc.TraceServiceServicer):
+        def Export(self, request, context):  # noqa: N802
+            spans = 0
+            now = time.time()
+            for rs in request.resource_spans:
+                for ss in rs.scope_spans:
+                    spans += len(ss.spans)
+                    if arrivals is not None:
+                        for span in ss.spans:
+                            if not span.parent_span_id:
+                                arrivals.put((span.trace_id.hex(), now))
+            with counter.get_lock():
+                counter.value += spans
+            return trace_service_pb2.ExportTraceServiceResponse()
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4), options=[("grpc.max_receive_message_length", 64 << 20)])
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Service(), server)
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    server.start()
+    server.wait_for_termination()
+
+
+class CountingReceiver:
+    def __init__(self, track_arrivals: bool = False):
+        self.port = free_port()
+        self.counter = multiprocessing.Value("q", 0)
+        self.arrivals = multiprocessing.Queue() if track_arrivals else None
+        self.process = multiprocessing.Process(
+            target=_counting_receiver, args=(self.port, self.counter, self.arrivals), daemon=True
+        )
+
+    def __enter__(self):
+        self.process.start()
+        time.sleep(0.5)
+        return self
+
+    def __exit__(self, *_):
+        self.process.terminate()
+        self.process.join()
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def reset(self) -> None:
+        with self.counter.get_lock():
+            self.counter.value = 0
+
+
+# -- seeding ---------------------------------------------------------------------------
+
+
+def seed_runs_and_tools(server: MariaDB, database: str, runs: int, tools: int) -> None:
+    """``runs`` finished runs with exactly ``tools`` tool rows each, via the sequence engine."""
+    server.create_database(database)
+    conn = server.root(database)
+    with conn.cursor() as cur:
+        cur.execute(
+            f"""INSERT INTO diagnosis_run (run_id, session_id, query, status, intent, release_outcome, agent_flow,
+                    total_duration_ms, total_token_count, step_count, tool_call_count, created_at, updated_at)
+                SELECT CONCAT('run-', LPAD(HEX(seq), 8, '0'), '-0000-4000-8000-', LPAD(HEX(seq), 12, '0')),
+                       CONCAT('sess-', seq % 50), 'q', ELT(1 + seq % 20, 'FAILED', 'FALLBACK', 'SUCCESS', 'SUCCESS', 'SUCCESS',
+                       'SUCCESS', 'SUCCESS', 'SUCCESS', 'SUCCESS', 'SUCCESS', 'SUCCESS', 'SUCCESS', 'SUCCESS', 'SUCCESS',
+                       'SUCCESS', 'SUCCESS', 'SUCCESS', 'SUCCESS', 'FALLBACK', 'CANCELLED'),
+                       'DIAGNOSIS', 'SUCCESS', 'CHAT_HARNESS', 9000, 4200, {tools + 1}, {tools},
+                       '2026-01-01' + INTERVAL seq SECOND, '2026-01-01' + INTERVAL seq SECOND + INTERVAL 9 SECOND
+                FROM seq_1_to_{runs}"""
+        )
+        cur.execute(
+            f"""INSERT INTO tool_invocation (session_id, run_id, step_id, tool_name, input_params, output_length,
+                    retrieval_layer, l0_match_count, l1_match_count, is_truncated, relevance_level, dedup_reason,
+                    retrieval_details, duration_ms, success, error_message, created_at)
+                SELECT r.session_id, r.run_id, t.seq, ELT(1 + t.seq % 4, 'lookup_knowledge', 'query_logs', 'query_metrics', 'search_runbook'),
+                       '{{"q":"x"}}', 2048, IF(t.seq % 2 = 0, 'L0+L1', NULL), IF(t.seq % 2 = 0, 3, NULL), IF(t.seq % 2 = 0, 2, NULL),
+                       0, IF(t.seq % 2 = 0, 'PRECISE', NULL), NULL,
+                       '{{"evidence_status":"supported","evidence_refs":[{{"raw_path":"$.logs[0]","text":"evidence text"}},{{"raw_path":"$.logs[1]","text":"more"}}]}}',
+                       180, IF(t.seq = 7, 0, 1), IF(t.seq = 7, 'timeout after 30000 ms', NULL),
+                       r.created_at + INTERVAL t.seq SECOND
+                FROM diagnosis_run r JOIN seq_1_to_{tools} t ORDER BY r.id, t.seq"""
+        )
+    conn.close()
+
+
+def seed_runs_only(server: MariaDB, database: str, runs: int) -> None:
+    server.create_database(database)
+    conn = server.root(database)
+    with conn.cursor() as cur:
+        cur.execute(
+            f"""INSERT INTO diagnosis_run (run_id, session_id, query, status, created_at, updated_at)
+                SELECT CONCAT('run-idle-', seq), 's', 'q', 'SUCCESS', '2026-01-01', '2026-01-01' FROM seq_1_to_{runs}"""
+        )
+    conn.close()
+
+
+# -- the measured paths ----------------------------------------------------------------
+
+
+def _config_file(tmp: Path, url: str, endpoint: str, **extra) -> Path:
+    lines = [
+        f'[source]\nurl = "{url}"',
+        f'[state]\nurl = "sqlite:///{tmp / ("state-" + uuid.uuid4().hex + ".db")}"',
+        f'[export]\nendpoint = "{endpoint}"',
+        "[metrics]\nenabled = false",
+    ]
+    for section, values in extra.items():
+        lines.append(f"[{section}]\n" + "\n".join(f"{k} = {json.dumps(v)}" for k, v in values.items()))
+    path = tmp / f"bench-{uuid.uuid4().hex}.toml"
+    path.write_text("\n\n".join(lines) + "\n")
+    return path
+
+
+def measure_backfill(tmp: Path, url: str, receiver: CountingReceiver) -> dict:
+    """`run-otel backfill` as a user runs it; spans/s from the receiver's count, peak RSS of the child."""
+    receiver.reset()
+    config = _config_file(tmp, url, receiver.endpoint)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "run_otel.cli", "backfill", "--since", "2000-01-01", "--config", str(config)],
+        capture_output=True, text=True,
+    )
+    elapsed = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(done.stderr)
+    wait_for(lambda: receiver.counter.value > 0, 10, "spans")
+    rss_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return {"spans": receiver.counter.value, "seconds": elapsed, "spans_per_s": receiver.counter.value / elapsed,
+            "peak_rss_mib": rss_kib / 1024, "rss_is_new_peak": rss_kib > before}
+
+
+def measure_sdk_baseline(url: str, receiver: CountingReceiver, batch_size: int = 500) -> dict:
+    """The same read and mapping, then ReadableSpan + the SDK's OTLP encoder and gRPC exporter."""
+    from opentelemetry import trace as trace_api
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.sdk.trace.export import SpanExportResult
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+    from opentelemetry.trace import Status, StatusCode
+
+    from run_otel.config import build_config
+    from run_otel.mapping import STATUS_ERROR, Mapper
+    from run_otel.source import Source
+
+    receiver.reset()
+    config = build_config({"source": {"url": url}})
+    source, mapper = Source(config), Mapper(config)
+    exporter = OTLPSpanExporter(endpoint=receiver.endpoint, insecure=True)
+    sdk_resource = Resource.create({"service.name": "diagnosis-agent"})
+    scope = InstrumentationScope("run_otel", "bench")
+
+    def readable(span):
+        context = trace_api.SpanContext(int.from_bytes(span.trace_id, "big"), int.from_bytes(span.span_id, "big"), False)
+        parent = (
+            trace_api.SpanContext(int.from_bytes(span.trace_id, "big"), int.from_bytes(span.parent_span_id, "big"), False)
+            if span.parent_span_id else None
+        )
+        status = Status(StatusCode.ERROR, span.status_message) if span.status_code == STATUS_ERROR else Status(StatusCode.UNSET)
+        return ReadableSpan(
+            name=span.name, context=context, parent=parent, resource=sdk_resource, attributes=dict(span.attributes),
+            kind=trace_api.SpanKind.INTERNAL, status=status, start_time=span.start_ns, end_time=span.end_ns,
+            instrumentation_scope=scope,
+        )
+
+    started = time.perf_counter()
+    cursor = 0
+    while True:
+        runs = source.runs_after(cursor, batch_size)
+        if not runs:
+            break
+        cursor = runs[-1].id
+        tools = source.tools_for(r.run_id for r in runs)
+        spans = [readable(s) for r in runs for s in mapper.map_run(r, tools[r.run_id]).spans]
+        if exporter.export(spans) != SpanExportResult.SUCCESS:
+            raise SystemExit("baseline export failed")
+    elapsed = time.perf_counter() - started
+    exporter.shutdown()
+    source.close()
+    return {"spans": receiver.counter.value, "seconds": elapsed, "spans_per_s": receiver.counter.value / elapsed}
+
+
+def measure_raw_read(server: MariaDB, database: str, batch_size: int = 500) -> dict:
+    """The bridge's statements and columns through PyMySQL, rows discarded: the read limit."""
+    from run_otel.source import RUN_COLUMNS, TOOL_COLUMNS
+
+    conn = server.root(database)
+    rows = 0
+    started = time.perf_counter()
+    with conn.cursor() as cur:
+        cursor = 0
+        while True:
+            cur.execute(f"SELECT {', '.join(RUN_COLUMNS)} FROM diagnosis_run WHERE id > %s ORDER BY id LIMIT %s", (cursor, batch_size))
+            runs = cur.fetchall()
+            if not runs:
+                break
+            cursor = runs[-1][0]
+            rows += len(runs)
+            ids = [r[1] for r in runs]
+            cur.execute(
+                f"SELECT {', '.join(TOOL_COLUMNS)} FROM tool_invocation WHERE run_id IN ({', '.join(['%s'] * len(ids))}) ORDER BY run_id, id",
+                ids,
+            )
+            rows += len(cur.fetchall())
+    elapsed = time.perf_counter() - started
+    conn.close()
+    return {"rows": rows, "seconds": elapsed, "rows_per_s": rows / elapsed}
+
+
+def measure_idle_poll(tmp: Path, url: str, reps: int = 30) -> dict:
+    from run_otel.cli import build_poller
+    from run_otel.config import load_config
+
+    config = load_config(_config_file(tmp, url, "127.0.0.1:1", poll={"start_from": "now"}), environ={})
+    poller = build_poller(config)
+    poller.poll()  # the first poll sets the checkpoint at the top of the table
+    times = []
+    for _ in range(reps):
+        started = time.perf_counter()
+        result = poller.poll()
+        times.append(time.perf_counter() - started)
+        assert not result.runs
+    poller.source.close()
+    return {"median_ms": statistics.median(times) * 1000, "p90_ms": sorted(times)[int(reps * 0.9)] * 1000}
+
+
+def measure_delay(tmp: Path, server: MariaDB, seconds: float, rate: float = 50.0) -> dict:
+    """A daemon at default settings under a live load; delay from terminal to ack."""
+    database = "bench_delay"
+    server.create_database(database)
+    with CountingReceiver(track_arrivals=True) as receiver:
+        config = _config_file(tmp, server.url(database), receiver.endpoint, poll={"start_from": "beginning"})
+        daemon = subprocess.Popen([sys.executable, "-m", "run_otel.cli", "run", "--config", str(config)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        finished: dict[str, float] = {}
+        conn = server.root(database)
+        time.sleep(3)
+        end = time.monotonic() + seconds
+        with conn.cursor() as cur:
+            while time.monotonic() < end:
+                tick = time.monotonic()
+                run_uuid = uuid.uuid4()
+                cur.execute(
+                    "INSERT INTO diagnosis_run (run_id, session_id, query, status, release_outcome, total_duration_ms, created_at, updated_at) "
+                    "VALUES (%s, 's', 'q', 'SUCCESS', 'SUCCESS', 1000, UTC_TIMESTAMP(), UTC_TIMESTAMP())",
+                    (f"run-{run_uuid}",),
+                )
+                finished[run_uuid.hex] = time.time()
+                time.sleep(max(0.0, 1 / rate - (time.monotonic() - tick)))
+        conn.close()
+        deadline = time.monotonic() + 30
+        arrived: dict[str, float] = {}
+        while len(arrived) < len(finished) and time.monotonic() < deadline:
+            try:
+                trace_id, at = receiver.arrivals.get(timeout=1)
+                arrived.setdefault(trace_id, at)
+            except Exception:
+                pass
+        daemon.terminate()
+        daemon.wait()
+    delays = sorted(arrived[t] - finished[t] for t in arrived if t in finished)
+    return {
+        "runs": len(finished), "arrived": len(arrived),
+        "p50_s": delays[len(delays) // 2], "p95_s": delays[int(len(delays) * 0.95)],
+        "poll_interval_s": 5.0,
+    }
+
+
+# -- the report --------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=20_000)
+    parser.add_argument("--tools", type=int, default=8)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--delay-seconds", type=float, default=60)
+    parser.add_argument("--skip-delay", action="store_true")
+    parser.add_argument("--skip-idle", action="store_true")
+    args = parser.parse_args()
+
+    results: dict = {"runs": args.runs, "tools_per_run": args.tools, "spans": args.runs * (args.tools + 1), "reps": args.reps,
+                     "cpus": os.cpu_count()}
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        server = MariaDB(tmp / "mariadb")
+        server.install()
+        server.start()
+        try:
+            print(f"seeding {args.runs} runs x {args.tools} tools ...", flush=True)
+            seed_runs_and_tools(server, "bench", args.runs, args.tools)
+            url = server.url("bench")
+            backfill, baseline, raw = [], [], []
+            with CountingReceiver() as receiver:
+                for rep in range(args.reps):
+                    print(f"repetition {rep + 1}/{args.reps} ...", flush=True)
+                    raw.append(measure_raw_read(server, "bench"))
+                    backfill.append(measure_backfill(tmp, url, receiver))
+                    baseline.append(measure_sdk_baseline(url, receiver))
+            results["backfill"] = {"spans_per_s": statistics.median(r["spans_per_s"] for r in backfill),
+                                   "peak_rss_mib": max(r["peak_rss_mib"] for r in backfill), "all": backfill}
+            results["sdk_baseline"] = {"spans_per_s": statistics.median(r["spans_per_s"] for r in baseline), "all": baseline}
+            results["raw_read"] = {"rows_per_s": statistics.median(r["rows_per_s"] for r in raw), "all": raw}
+            results["ratios"] = {
+                "backfill_vs_sdk": results["backfill"]["spans_per_s"] / results["sdk_baseline"]["spans_per_s"],
+                "backfill_vs_raw_read": results["backfill"]["spans_per_s"] / results["raw_read"]["rows_per_s"],
+            }
+            if not args.skip_idle:
+                print("idle poll: seeding 10k and 1M rows ...", flush=True)
+                seed_runs_only(server, "idle_10k", 10_000)
+                seed_runs_only(server, "idle_1m", 1_000_000)
+                small = measure_idle_poll(tmp, server.url("idle_10k"))
+                large = measure_idle_poll(tmp, server.url("idle_1m"))
+                results["idle_poll"] = {"10k": small, "1m": large, "ratio_1m_vs_10k": large["median_ms"] / small["median_ms"]}
+            if not args.skip_delay:
+                print(f"delay: {args.delay_seconds:.0f}s of 50 runs/s ...", flush=True)
+                results["delay"] = measure_delay(tmp, server, args.delay_seconds)
+        finally:
+            server.stop()
+    out = ROOT / "bench" / "results"
+    out.mkdir(exist_ok=True)
+    (out / "latest.json").write_text(json.dumps(results, indent=2))
+    print_table(results)
+
+
+def print_table(results: dict) -> None:
+    rows = [
+        ("backfill (run-otel)", f"{results['backfill']['spans_per_s']:,.0f} spans/s", f"peak RSS {results['backfill']['peak_rss_mib']:.0f} MiB"),
+        ("SDK path baseline", f"{results['sdk_baseline']['spans_per_s']:,.0f} spans/s", ""),
+        ("raw read limit", f"{results['raw_read']['rows_per_s']:,.0f} rows/s", ""),
+        ("backfill / SDK", f"{results['ratios']['backfill_vs_sdk']:.2f}x", "target >= 3x"),
+        ("backfill / raw read", f"{results['ratios']['backfill_vs_raw_read']:.2f}x", "target >= 0.6x"),
+    ]
+    if "idle_poll" in results:
+        idle = results["idle_poll"]
+        rows += [
+            ("idle poll, 10k rows", f"{idle['10k']['median_ms']:.2f} ms", ""),
+            ("idle poll, 1M rows", f"{idle['1m']['median_ms']:.2f} ms", f"{idle['ratio_1m_vs_10k']:.2f}x (target <= 1.5x)"),
+        ]
+    if "delay" in results:
+        delay = results["delay"]
+        rows.append(("export delay p50 / p95", f"{delay['p50_s']:.2f} s / {delay['p95_s']:.2f} s",
+                     f"{delay['arrived']}/{delay['runs']} runs; target p95 <= {delay['poll_interval_s'] + 1:.0f} s"))
+    width = max(len(r[0]) for r in rows)
+    print(f"\n{results['runs']} runs x {results['tools_per_run']} tools = {results['spans']:,} spans, median of {results['reps']}, {results['cpus']} CPUs")
+    for name, value, note in rows:
+        print(f"  {name:<{width}}  {value:>18}  {note}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""The fast encoder writes exactly the bytes the protobuf runtime writes."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from run_otel.encoding import FastEncoder, encode_request, encode_span
+from run_otel.mapping import SpanData
+
+text = st.text(max_size=40)
+attribute_value = st.one_of(
+    text,
+    st.booleans(),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.floats(allow_nan=False),
+    st.tuples(text, text) | st.lists(text, max_size=4).map(tuple),
+)
+spans = st.builds(
+    SpanData,
+    trace_id=st.binary(min_size=16, max_size=16),
+    span_id=st.binary(min_size=8, max_size=8),
+    parent_span_id=st.sampled_from([b""]) | st.binary(min_size=8, max_size=8),
+    name=text,
+    start_ns=st.integers(min_value=0, max_value=2**64 - 1),
+    end_ns=st.integers(min_value=0, max_value=2**64 - 1),
+    attributes=st.lists(st.tuples(st.text(min_size=1, max_size=30), attribute_value), max_size=12).map(tuple),
+    status_code=st.sampled_from([0, 1, 2]),
+    status_message=text,
+)
+resources = st.dictionaries(st.text(min_size=1, max_size=20), text, max_size=5)
+
+
+# One encoder for every example, so its attribute cache is exercised across spans.
+SHARED = FastEncoder({}, cache_size=64)
+
+
+@settings(max_examples=400, deadline=None)
+@given(spans)
+def test_fast_span_bytes_equal_the_protobuf_runtime(span):
+    assert SHARED.span(span) == encode_span(span).SerializeToString()
+
+
+def test_the_attribute_cache_tells_true_from_one():
+    encoder = FastEncoder({})
+    for value in (True, 1, 1.0, "1", ("1",), False, 0):
+        span = SpanData(b"\x01" * 16, b"\x02" * 8, b"", "n", 1, 2, (("k", value),))
+        assert encoder.span(span) == encode_span(span).SerializeToString(), value
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(spans, max_size=6), resources)
+def test_fast_request_bytes_equal_the_protobuf_runtime(batch, resource):
+    encoder = FastEncoder(resource)
+    fast = encoder.request([encoder.span(s) for s in batch])
+    reference = encode_request([encode_span(s) for s in batch], resource).SerializeToString()
+    assert fast == reference
+
+
+def test_the_fast_bytes_parse_back():
+    span = SpanData(b"\x01" * 16, b"\x02" * 8, b"", "invoke_agent x", 5, 9, (("k", "v"), ("n", -3)), 2, "boom")
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    encoder = FastEncoder({"service.name": "svc"})
+    parsed = ExportTraceServiceRequest.FromString(encoder.request([encoder.span(span)]))
+    (decoded,) = parsed.resource_spans[0].scope_spans[0].spans
+    assert decoded.name == "invoke_agent x" and decoded.attributes[1].value.int_value == -3
+    assert decoded.status.message == "boom" and parsed.resource_spans[0].resource.attributes[0].key == "service.name"
