@@ -24,7 +24,6 @@ import argparse
 import json
 import multiprocessing
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -167,19 +166,42 @@ def measure_backfill(tmp: Path, url: str, receiver: CountingReceiver) -> dict:
     """`run-otel backfill` as a user runs it; spans/s from the receiver's count, peak RSS of the child."""
     receiver.reset()
     config = _config_file(tmp, url, receiver.endpoint)
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     started = time.perf_counter()
-    done = subprocess.run(
+    process = subprocess.Popen(
         [sys.executable, "-m", "run_otel.cli", "backfill", "--since", "2000-01-01", "--config", str(config)],
-        capture_output=True, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
+    peak = PeakRss(process.pid)
+    peak.start()
+    _out, err = process.communicate()
     elapsed = time.perf_counter() - started
-    if done.returncode != 0:
-        raise SystemExit(done.stderr)
+    peak.join()
+    if process.returncode != 0:
+        raise SystemExit(err)
     wait_for(lambda: receiver.counter.value > 0, 10, "spans")
-    rss_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     return {"spans": receiver.counter.value, "seconds": elapsed, "spans_per_s": receiver.counter.value / elapsed,
-            "peak_rss_mib": rss_kib / 1024, "rss_is_new_peak": rss_kib > before}
+            "peak_rss_mib": peak.kib / 1024}
+
+
+class PeakRss(threading.Thread):
+    """Follows one process's VmHWM (its own peak RSS) until it exits."""
+
+    def __init__(self, pid: int):
+        super().__init__(daemon=True)
+        self.pid, self.kib = pid, 0
+
+    def run(self) -> None:
+        status = Path(f"/proc/{self.pid}/status")
+        while True:
+            try:
+                for line in status.read_text().splitlines():
+                    if line.startswith("VmHWM:"):
+                        self.kib = max(self.kib, int(line.split()[1]))
+            except (FileNotFoundError, ProcessLookupError):
+                return
+            if not status.exists() or "State:\tZ" in status.read_text():
+                return
+            time.sleep(0.1)
 
 
 def measure_sdk_baseline(url: str, receiver: CountingReceiver, batch_size: int = 500) -> dict:
@@ -233,11 +255,20 @@ def measure_sdk_baseline(url: str, receiver: CountingReceiver, batch_size: int =
     return {"spans": receiver.counter.value, "seconds": elapsed, "spans_per_s": receiver.counter.value / elapsed}
 
 
-def measure_raw_read(server: MariaDB, database: str, batch_size: int = 500) -> dict:
-    """The bridge's statements and columns through PyMySQL, rows discarded: the read limit."""
+def _connect(server: MariaDB, database: str, driver: str):
+    if driver == "mysqldb":
+        import MySQLdb
+
+        return MySQLdb.connect(host="127.0.0.1", port=server.port, user="root", password=server.ROOT_PASSWORD,
+                               database=database, charset="utf8mb4")
+    return server.root(database)
+
+
+def measure_raw_read(server: MariaDB, database: str, driver: str = "pymysql", batch_size: int = 500) -> dict:
+    """The bridge's statements and columns through the same driver, rows discarded: the read limit."""
     from run_otel.source import RUN_COLUMNS, TOOL_COLUMNS
 
-    conn = server.root(database)
+    conn = _connect(server, database, driver)
     rows = 0
     started = time.perf_counter()
     with conn.cursor() as cur:
@@ -319,6 +350,14 @@ def measure_delay(tmp: Path, server: MariaDB, seconds: float, rate: float = 50.0
     }
 
 
+def _has_mysqldb() -> bool:
+    try:
+        import MySQLdb  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 # -- the report --------------------------------------------------------------------------
 
 
@@ -358,6 +397,21 @@ def main() -> None:
                 "backfill_vs_sdk": results["backfill"]["spans_per_s"] / results["sdk_baseline"]["spans_per_s"],
                 "backfill_vs_raw_read": results["backfill"]["spans_per_s"] / results["raw_read"]["rows_per_s"],
             }
+            if _has_mysqldb():
+                print("the same with the C driver (mysql+mysqldb://) ...", flush=True)
+                c_url = url.replace("mysql+pymysql://", "mysql+mysqldb://")
+                with CountingReceiver() as receiver:
+                    c_backfill = [measure_backfill(tmp, c_url, receiver) for _ in range(args.reps)]
+                    c_raw = [measure_raw_read(server, "bench", "mysqldb") for _ in range(args.reps)]
+                results["mysqldb"] = {
+                    "backfill_spans_per_s": statistics.median(r["spans_per_s"] for r in c_backfill),
+                    "peak_rss_mib": max(r["peak_rss_mib"] for r in c_backfill),
+                    "raw_read_rows_per_s": statistics.median(r["rows_per_s"] for r in c_raw),
+                }
+                results["ratios"]["mysqldb_backfill_vs_sdk"] = results["mysqldb"]["backfill_spans_per_s"] / results["sdk_baseline"]["spans_per_s"]
+                results["ratios"]["mysqldb_backfill_vs_its_raw_read"] = (
+                    results["mysqldb"]["backfill_spans_per_s"] / results["mysqldb"]["raw_read_rows_per_s"]
+                )
             if not args.skip_idle:
                 print("idle poll: seeding 10k and 1M rows ...", flush=True)
                 seed_runs_only(server, "idle_10k", 10_000)
@@ -384,6 +438,14 @@ def print_table(results: dict) -> None:
         ("backfill / SDK", f"{results['ratios']['backfill_vs_sdk']:.2f}x", "target >= 3x"),
         ("backfill / raw read", f"{results['ratios']['backfill_vs_raw_read']:.2f}x", "target >= 0.6x"),
     ]
+    if "mysqldb" in results:
+        c = results["mysqldb"]
+        rows += [
+            ("backfill, mysqldb driver", f"{c['backfill_spans_per_s']:,.0f} spans/s", f"peak RSS {c['peak_rss_mib']:.0f} MiB"),
+            ("raw read, mysqldb driver", f"{c['raw_read_rows_per_s']:,.0f} rows/s", ""),
+            ("mysqldb backfill / SDK", f"{results['ratios']['mysqldb_backfill_vs_sdk']:.2f}x", "target >= 3x"),
+            ("mysqldb backfill / its raw read", f"{results['ratios']['mysqldb_backfill_vs_its_raw_read']:.2f}x", ""),
+        ]
     if "idle_poll" in results:
         idle = results["idle_poll"]
         rows += [

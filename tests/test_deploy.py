@@ -245,7 +245,7 @@ def test_three_shards_split_the_runs_exactly(agent_db: AgentDb, otlp, tmp_path):
         done = run_cli("once", "--config", str(config), "--shard", f"{index}/3")
         assert done.returncode == 0, done.stderr
         count = int(re.search(r"exported (\d+) runs", done.stdout).group(1))
-        wait_for(lambda: len({s.trace_id for _r, _s, s in otlp.receiver.spans()} - before) == count, 30, f"shard {index}")
+        wait_for(lambda b=before, c=count: len({s.trace_id for _r, _s, s in otlp.receiver.spans()} - b) == c, 30, f"shard {index}")
         shards.append({s.trace_id.hex() for _r, _s, s in otlp.receiver.spans()} - {t.hex() for t in before})
     with agent_db.engine().connect() as conn:
         terminal = {r[0][4:].replace("-", "") for r in conn.execute(text("SELECT run_id FROM diagnosis_run WHERE status <> 'RUNNING'"))}

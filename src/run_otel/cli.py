@@ -209,6 +209,8 @@ class Daemon:
         self._stop = threading.Event()
         self._failures = 0
         self._retry_at = 0.0
+        self._busy = threading.Lock()  # the interval job and a settle wake-up never overlap
+        self._scheduler = None
         self.metrics, self.server = start_metrics(config)
         self.poller = build_poller(config, recorder=self.metrics)
         self.lease = None
@@ -226,6 +228,14 @@ class Daemon:
         return holding
 
     def _tick(self) -> None:
+        if not self._busy.acquire(blocking=False):
+            return
+        try:
+            self._poll_once()
+        finally:
+            self._busy.release()
+
+    def _poll_once(self) -> None:
         if time.monotonic() < self._retry_at or self._stop.is_set() or not self._active():
             return
         try:
@@ -242,6 +252,14 @@ class Daemon:
         self._failures, self._retry_at = 0, 0.0
         if result.runs:
             log.info(_summary(result))
+        self._wake_when_settled(result.next_settle_at)
+
+    def _wake_when_settled(self, at: float | None) -> None:
+        """A finished run waits out poll.settle_seconds, not a whole extra interval."""
+        if at is None or self._scheduler is None or at - time.time() >= self._config.poll.interval_seconds:
+            return
+        run_date = datetime.fromtimestamp(max(at, time.time()) + 0.05, timezone.utc)
+        self._scheduler.add_job(self._tick, "date", run_date=run_date, id="settle", replace_existing=True)
 
     def stop(self, *_args) -> None:
         self._stop.set()
@@ -250,7 +268,7 @@ class Daemon:
     def run_forever(self) -> None:
         from apscheduler.schedulers.background import BackgroundScheduler
 
-        scheduler = BackgroundScheduler(timezone="UTC")
+        scheduler = self._scheduler = BackgroundScheduler(timezone="UTC")
         scheduler.add_job(
             self._tick,
             "interval",

@@ -8,7 +8,6 @@ start with the key's dotted name.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import tomllib
@@ -367,7 +366,7 @@ def _validate(config: Config) -> None:
             re.compile(pattern)
         except re.error as exc:
             raise ConfigError(f"content.redact: bad regex {pattern!r}: {exc}") from None
-    for section, key in (("source", "url"), ("state", "url")):
+    for section in ("source", "state"):
         try:
             make_url(getattr(config, section).url)
         except Exception:  # SQLAlchemy raises ArgumentError; never echo the URL, it may hold a password

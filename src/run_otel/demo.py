@@ -32,7 +32,7 @@ LAYERS = ("L0", "L1", "L0+L1")
 RELEVANCE = ("PRECISE", "HIGHLY_RELEVANT", "REFERENCE", "DEDUPED")
 DEDUP_REASONS = ("doc_retrieved", "domain_retrieved")
 TOOL_ERRORS = (
-    "timeout after 30000 ms querying loki",
+    "upstream timeout querying loki",
     "upstream returned HTTP 503 from prometheus-query",
     "permission denied for namespace payments (token for ops-bot@example.com)",
     "index kb_runbooks_v3 is read-only",

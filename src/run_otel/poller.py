@@ -49,6 +49,8 @@ class PollResult:
     pending: int = 0
     gaps: int = 0
     full_batch: bool = False
+    # When the first finished-but-unsettled run becomes exportable (Unix time).
+    next_settle_at: float | None = None
 
     def add(self, other: "PollResult") -> None:
         self.runs.extend(other.runs)
@@ -56,6 +58,7 @@ class PollResult:
         self.rejected_spans += other.rejected_spans
         self.warnings += other.warnings
         self.pending, self.gaps, self.full_batch = other.pending, other.gaps, other.full_batch
+        self.next_settle_at = other.next_settle_at
 
 
 class Recorder:
@@ -178,7 +181,7 @@ class Poller:
         rechecked = self._source.runs_by_ids(checkpoint.pending.keys() | checkpoint.gaps.keys())
         following = checkpoint.copy()
         self._advance(following, new_runs, now)
-        to_export, incomplete = self._classify(following, [*rechecked, *new_runs], now)
+        to_export, incomplete, next_settle_at = self._classify(following, [*rechecked, *new_runs], now)
         self._expire_gaps(following, now)
         try:
             result = self.export_runs(to_export, incomplete)
@@ -189,6 +192,7 @@ class Poller:
         self._store.save(following, acked_at)
         result.pending, result.gaps = len(following.pending), len(following.gaps)
         result.full_batch = len(new_runs) >= self._poll.batch_size
+        result.next_settle_at = next_settle_at
         self._recorder.runs_exported(result, acked_at)
         return result
 
@@ -230,11 +234,13 @@ class Poller:
 
     def _classify(
         self, checkpoint: Checkpoint, runs: Sequence[RunRow], now: float
-    ) -> tuple[list[RunRow], set[int]]:
-        """Splits runs into those to send now and those still waiting."""
+    ) -> tuple[list[RunRow], set[int], float | None]:
+        """Splits runs into those to send now and those still waiting, and says when
+        the first finished one still settling will be ready."""
         settled_before_ns = int((now - self._poll.settle_seconds) * 1e9)
         to_export: list[RunRow] = []
         incomplete: set[int] = set()
+        next_settle_at: float | None = None
         for run in runs:
             first_seen = checkpoint.pending.pop(run.id, None) or checkpoint.gaps.pop(run.id, None) or now
             if not self._in_shard(run):
@@ -246,12 +252,14 @@ class Poller:
                     to_export.append(run)
                 else:
                     checkpoint.pending[run.id] = first_seen
+                    ready_at = updated_ns / 1e9 + self._poll.settle_seconds
+                    next_settle_at = ready_at if next_settle_at is None else min(next_settle_at, ready_at)
             elif self._timed_out(run, first_seen, now):
                 to_export.append(run)
                 incomplete.add(run.id)
             else:
                 checkpoint.pending[run.id] = first_seen
-        return to_export, incomplete
+        return to_export, incomplete, next_settle_at
 
     def _timed_out(self, run: RunRow, first_seen: float, now: float) -> bool:
         timeout = self._poll.run_timeout_seconds
