@@ -19,9 +19,13 @@ OLD = utc_now_naive() - timedelta(hours=2)
 class CountingRecorder(Recorder):
     def __init__(self):
         self.warnings = 0
+        self.run_ids: list[str] = []
 
     def row_warnings(self, count: int) -> None:
         self.warnings += count
+
+    def runs_exported(self, result, acked_at: float) -> None:
+        self.run_ids.extend(e.run.run_id for e in result.runs)
 
 
 def sql_literal(value) -> str:
@@ -118,7 +122,8 @@ def test_bad_rows_are_exported_with_warnings_and_block_nothing(agent_db, otlp, t
     recorder = CountingRecorder()
     config = bridge_config(agent_db, tmp_path, otlp.endpoint("grpc"), content={"capture": True})
     poller = build_poller(config, recorder=recorder)
-    result = poller.poll()
+    poller.poll()
+    exported = set(recorder.run_ids)
 
     # A healthy run inserted after the corpus goes out on the next poll.
     normal = new_run_id()
@@ -126,9 +131,8 @@ def test_bad_rows_are_exported_with_warnings_and_block_nothing(agent_db, otlp, t
     add_run(conn, normal)
     add_tool(conn, normal, success=1, duration_ms=10)
     conn.close()
-    assert [e.run.run_id for e in poller.poll().runs] == [normal]
-
-    exported = {e.run.run_id for e in result.runs}
+    poller.poll()
+    assert recorder.run_ids[len(exported):] == [normal]
     assert exported == set(cases.values())
     wait_for(lambda: len({s.trace_id.hex() for _r, _s, s in otlp.receiver.spans()}) >= len(cases) + 1, 30, "every trace")
 

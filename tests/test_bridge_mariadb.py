@@ -156,8 +156,9 @@ def _run_row(run_id: str, status: str = "SUCCESS") -> dict:
     )
 
 
-def test_late_commit_is_not_skipped(agent_db, otlp, tmp_path):
-    config = str(config_file(tmp_path, agent_db, otlp, "grpc"))
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_late_commit_is_not_skipped(agent_db, otlp, tmp_path, protocol):
+    config = str(config_file(tmp_path, agent_db, otlp, protocol))
     slow = agent_db.server.root(agent_db.name)
     slow.autocommit(False)
     with slow.cursor() as cur:
@@ -250,3 +251,19 @@ def test_sigterm_finishes_the_batch_and_saves_the_checkpoint(agent_db, otlp, tmp
     arrived = {attrs_of(s)["diagnosis.run.id"] for _r, _s, s in otlp.receiver.spans() if not s.parent_span_id}
     exported_ids = {r["run_id"] for r in table_rows(agent_db, f"SELECT run_id FROM diagnosis_run WHERE id <= {saved}")}
     assert exported_ids <= arrived  # everything below the checkpoint was acknowledged
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_backfill_exports_a_time_range_with_a_progress_bar(agent_db, otlp, tmp_path, protocol):
+    seed(agent_db, 300, waiting=0)
+    runs = table_rows(agent_db, "SELECT id, run_id, status, created_at FROM diagnosis_run ORDER BY id")
+    since, until = runs[100]["created_at"], runs[200]["created_at"]
+    inside = {r["run_id"][4:].replace("-", "") for r in runs if since <= r["created_at"] < until and r["status"] in TERMINAL}
+    config = str(config_file(tmp_path, agent_db, otlp, protocol))
+    done = run_cli("backfill", "--config", config, "--since", since.isoformat(), "--until", until.isoformat())
+    assert done.returncode == 0, done.stderr
+    assert f"backfilled {len(inside)} runs" in done.stdout
+    assert "spans/s" in done.stderr and "backfill ids" in done.stderr  # the progress bar, with its rate
+    wait_for(lambda: len(received_by_trace(otlp.receiver)) >= len(inside), 30, "the range")
+    assert set(received_by_trace(otlp.receiver)) == inside
+    assert checkpoint_row(tmp_path) == []  # the daemon's checkpoint is not touched

@@ -122,7 +122,7 @@ def test_every_statement_only_reads_the_two_tables(agent_db, otlp, tmp_path):
     event.listen(Engine, "before_cursor_execute", record)
     try:
         poller = build_poller(config)
-        assert poller.poll().runs
+        assert poller.poll().run_count
         poller.backfill(1, 10)
         _print_trace(Console(file=io.StringIO()), config, poller.source, "run-nope")
         data_path = list(statements)

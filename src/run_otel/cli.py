@@ -133,7 +133,7 @@ def build_poller(config: Config, recorder: Recorder | None = None, sink=None) ->
 
 def _summary(result: PollResult) -> str:
     return (
-        f"exported {len(result.runs)} runs ({result.spans} spans); "
+        f"exported {result.run_count} runs ({result.spans} spans); "
         f"{result.pending} pending, {result.gaps} gaps"
         + (f"; receiver rejected {result.rejected_spans} spans" if result.rejected_spans else "")
     )
@@ -250,7 +250,7 @@ class Daemon:
             log.error("poll failed (%s); retrying in %.0fs", exc, delay)
             return
         self._failures, self._retry_at = 0, 0.0
-        if result.runs:
+        if result.run_count:
             log.info(_summary(result))
         self._wake_when_settled(result.next_settle_at)
 
@@ -348,7 +348,7 @@ def _backfill(config: Config, since: datetime, until: datetime | None, with_metr
             progress.update(task, completed=cursor - first_id + 1, rate=f"{rate:,.0f} spans/s")
 
         total = poller.backfill(first_id, last_id, advance, record_metrics=with_metrics)
-    click.echo(f"backfilled {len(total.runs)} runs ({total.spans} spans) in {time.monotonic() - started:.1f}s")
+    click.echo(f"backfilled {total.run_count} runs ({total.spans} spans) in {time.monotonic() - started:.1f}s")
     if server:
         server.stop()
     if metrics:
@@ -427,7 +427,7 @@ class _ProgressRecorder(Recorder):
         self._progress, self._task = progress, task
 
     def runs_exported(self, result: PollResult, acked_at: float) -> None:
-        self._progress.advance(self._task, len(result.runs))
+        self._progress.advance(self._task, result.run_count)
 
 
 def _progress(console: Console) -> Progress:
@@ -484,7 +484,7 @@ def _demo(base: Config, db_path: Path, out_path: Path, runs: int, seed: int, anc
         result = build_poller(config, recorder=_ProgressRecorder(progress, task), sink=sink).poll()
     sink.close()
     table = Table(show_header=False, box=None)
-    table.add_row("spans exported", f"{result.spans} in {len(result.runs)} traces to {sink.describe()}")
+    table.add_row("spans exported", f"{result.spans} in {result.run_count} traces to {sink.describe()}")
     for name, value in summary_rows(workload):
         table.add_row(name, value)
     console.print(table)

@@ -42,7 +42,11 @@ class ExportedRun:
 
 @dataclass
 class PollResult:
+    """One batch's exported runs; a total over batches keeps the counts only, so a
+    long drain or backfill holds one batch in memory, never the backlog."""
+
     runs: list[ExportedRun] = field(default_factory=list)
+    run_count: int = 0
     spans: int = 0
     rejected_spans: int = 0
     warnings: int = 0
@@ -53,7 +57,7 @@ class PollResult:
     next_settle_at: float | None = None
 
     def add(self, other: "PollResult") -> None:
-        self.runs.extend(other.runs)
+        self.run_count += other.run_count
         self.spans += other.spans
         self.rejected_spans += other.rejected_spans
         self.warnings += other.warnings
@@ -143,6 +147,7 @@ class Poller:
             self._note_rejections(ack, len(request_spans))
             result.rejected_spans += ack.rejected_spans
         result.runs = [exported for exported, _ in mapped]
+        result.run_count = len(result.runs)
         result.spans = sum(e.span_count for e in result.runs)
         if result.warnings:
             self._recorder.row_warnings(result.warnings)
