@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shutil
 import sqlite3
@@ -35,8 +36,10 @@ def fresh_copy(target: Path) -> Path:
 
 def test_the_readme_first_command_works_on_a_fresh_copy(tmp_path):
     checkout = fresh_copy(tmp_path / "run-otel")
-    done = subprocess.run(["bash", "-c", readme_demo_command()], cwd=checkout, capture_output=True, text=True, timeout=600,
-                          env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path)})
+    # The newcomer's own shell: their PATH and python3, none of this test run's virtualenv.
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH") and not k.startswith("RUN_OTEL_")}
+    env["HOME"] = str(tmp_path)
+    done = subprocess.run(["bash", "-c", readme_demo_command()], cwd=checkout, capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     out = checkout / "run-otel-demo.otlp.jsonl"
     assert f"OTLP-JSON written to {out.name}" in done.stdout

@@ -10,7 +10,7 @@ import json
 import logging
 from dataclasses import dataclass, field
 
-from sqlalchemy import BigInteger, Column, Float, Integer, MetaData, String, Table, Text, select
+from sqlalchemy import BigInteger, Column, Float, Integer, MetaData, String, Table, Text, inspect, select
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -63,7 +63,16 @@ class CheckpointStore:
         try:
             _metadata.create_all(self.engine)
         except SQLAlchemyError as exc:
+            # Two instances starting together (HA, shards) race to create the table.
+            if self._table_exists():
+                return
             raise CheckpointError(f"state store {self.describe()} is not usable: {exc.__class__.__name__}: {getattr(exc, 'orig', exc)}") from None
+
+    def _table_exists(self) -> bool:
+        try:
+            return inspect(self.engine).has_table(checkpoint_table.name)
+        except SQLAlchemyError:
+            return False
 
     def describe(self) -> str:
         return safe_url(self._url)
