@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import replace
 from datetime import datetime, timezone
 
 import pytest
@@ -343,7 +342,7 @@ def test_same_rows_twice_are_byte_identical():
     first = encode_spans(Mapper(config).map_run(*rows).spans, resource_attributes(config, env)).SerializeToString()
     second = encode_spans(Mapper(config).map_run(*rows).spans, resource_attributes(config, env)).SerializeToString()
     assert first == second
-    changed = replace(rows[0], status="FAILED")
+    changed = rows[0]._replace(status="FAILED")
     third = encode_spans(Mapper(config).map_run(changed, rows[1]).spans, resource_attributes(config, env))
     assert third.SerializeToString() != first
 

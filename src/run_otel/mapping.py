@@ -12,7 +12,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Union
+from typing import NamedTuple, Union
 from zoneinfo import ZoneInfo
 
 from . import attributes as A
@@ -36,8 +36,7 @@ _NS_PER_MS = 1_000_000
 MAX_DURATION_MS = 86_400_000
 
 
-@dataclass(frozen=True, slots=True)
-class SpanData:
+class SpanData(NamedTuple):
     trace_id: bytes
     span_id: bytes
     parent_span_id: bytes
@@ -155,7 +154,7 @@ class Mapper:
     def _run_bounds(
         self, run: RunRow, start_ns: int, children: list[SpanData], warnings: list[str]
     ) -> tuple[int, int]:
-        duration = _valid_duration(run.total_duration_ms, "diagnosis_run.total_duration_ms", warnings)
+        duration = _valid_duration(run.total_duration_ms, warnings, "diagnosis_run", None, "total_duration_ms")
         if duration is not None:
             end_ns = start_ns + duration * _NS_PER_MS
         else:
@@ -235,7 +234,7 @@ class Mapper:
         if at_ns is None:
             warnings.append(f"tool_invocation {tool.id}: created_at is not a valid date")
             at_ns = fallback_ns
-        duration = _valid_duration(tool.duration_ms, f"tool_invocation {tool.id}: duration_ms", warnings)
+        duration = _valid_duration(tool.duration_ms, warnings, "tool_invocation", tool.id, "duration_ms")
         length_ns = (duration or 0) * _NS_PER_MS
         start_ns, end_ns = (at_ns, at_ns + length_ns) if self._anchor_start else (at_ns - length_ns, at_ns)
         status = {}
@@ -274,7 +273,7 @@ class Mapper:
         ):
             if value is not None:
                 attrs.append((key, value))
-        details = _json_object(tool.retrieval_details, f"tool_invocation {tool.id}: retrieval_details", warnings)
+        details = _json_object(tool.retrieval_details, warnings, tool.id)
         refs = self._evidence(details, attrs, tool, warnings)
         _put(attrs, A.TOOL_OUTPUT_LENGTH, tool.output_length)
         _put(attrs, A.TOOL_OUTPUT_TRUNCATED, None if tool.is_truncated is None else bool(tool.is_truncated))
@@ -323,25 +322,30 @@ def _put(attrs: list, key: str, value: AttrValue | None) -> None:
         attrs.append((key, value))
 
 
-def _valid_duration(value: int | None, what: str, warnings: list[str]) -> int | None:
+def _where(row: str, row_id: int | None, column: str) -> str:
+    # Built only when there is something to say: formatting it per row is measurable.
+    return f"{row}.{column}" if row_id is None else f"{row} {row_id}: {column}"
+
+
+def _valid_duration(value: int | None, warnings: list[str], row: str, row_id: int | None, column: str) -> int | None:
     if value is None:
         return None
     if value < 0 or value > MAX_DURATION_MS:
-        warnings.append(f"{what} out of range ({value} ms)")
+        warnings.append(f"{_where(row, row_id, column)} out of range ({value} ms)")
         return None
     return value
 
 
-def _json_object(text: str | bytes | None, what: str, warnings: list[str]) -> dict | None:
+def _json_object(text: str | bytes | None, warnings: list[str], row_id: int) -> dict | None:
     if text is None:
         return None
     try:
         value = json.loads(text)
     except (ValueError, TypeError):
-        warnings.append(f"{what} is not valid JSON")
+        warnings.append(f"{_where('tool_invocation', row_id, 'retrieval_details')} is not valid JSON")
         return None
     if not isinstance(value, dict):
-        warnings.append(f"{what} is not a JSON object")
+        warnings.append(f"{_where('tool_invocation', row_id, 'retrieval_details')} is not a JSON object")
         return None
     return value
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import fields
 from datetime import datetime
 
 from sqlalchemy import Engine, create_engine, func, select
@@ -25,8 +24,8 @@ log = logging.getLogger(__name__)
 # The columns read are the row types' fields, in their order, so rows build positionally.
 RUN_CONTENT_COLUMNS = ("query", "answer", "published_result")
 TOOL_CONTENT_COLUMNS = ("input_params", "output_preview")
-RUN_COLUMNS = tuple(f.name for f in fields(RunRow) if f.name not in RUN_CONTENT_COLUMNS)
-TOOL_COLUMNS = tuple(f.name for f in fields(ToolRow) if f.name not in TOOL_CONTENT_COLUMNS)
+RUN_COLUMNS = tuple(name for name in RunRow._fields if name not in RUN_CONTENT_COLUMNS)
+TOOL_COLUMNS = tuple(name for name in ToolRow._fields if name not in TOOL_CONTENT_COLUMNS)
 
 
 class SourceError(RuntimeError):
