@@ -39,7 +39,6 @@ sys.path.insert(0, str(ROOT / "tests"))  # the test suite's server harness
 
 import grpc  # noqa: E402
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc  # noqa: E402
-
 from servers import MariaDB, free_port, wait_for  # noqa: E402
 
 # -- a receiver that only counts, in its own process ---------------------------------

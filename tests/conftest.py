@@ -10,11 +10,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from servers import MariaDB, Receiver, Rotel
 from sqlalchemy import text
 
 from run_otel.config import Config, build_config
 from run_otel.source import make_engine
-from servers import MariaDB, Receiver, Rotel
 
 _counter = itertools.count()
 

@@ -9,9 +9,10 @@ from collections import defaultdict
 from datetime import timedelta
 
 from conftest import bridge_config, utc_now_naive
+from servers import wait_for
+
 from run_otel.cli import build_poller
 from run_otel.poller import Recorder
-from servers import wait_for
 
 OLD = utc_now_naive() - timedelta(hours=2)
 

@@ -11,12 +11,12 @@ from collections import defaultdict
 from datetime import datetime, timezone
 
 import pytest
+from conftest import bridge_sections, run_cli, table_rows, utc_now_naive, write_config
+from servers import wait_for
 from sqlalchemy import insert
 
-from conftest import bridge_sections, run_cli, table_rows, utc_now_naive, write_config
 from run_otel.demo import generate, insert_workload
 from run_otel.schema import diagnosis_run
-from servers import wait_for
 
 PROTOCOLS = ["grpc", "http/protobuf"]
 TERMINAL = ("SUCCESS", "FALLBACK", "FAILED", "CANCELLED")

@@ -14,14 +14,13 @@ from urllib.parse import urlparse
 
 import pytest
 import yaml
-
+from conftest import AgentDb, bridge_sections, run_cli, utc_now_naive, write_config
+from servers import wait_for
 from sqlalchemy import text
 
-from conftest import AgentDb, bridge_sections, run_cli, utc_now_naive, write_config
 from run_otel.cli import cli
 from run_otel.config import build_config
 from run_otel.demo import generate, insert_workload
-from servers import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())

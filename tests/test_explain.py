@@ -5,10 +5,10 @@ from __future__ import annotations
 import io
 from datetime import timedelta
 
+from conftest import bridge_config, utc_now_naive
 from rich.console import Console
 from sqlalchemy import Engine, event
 
-from conftest import bridge_config, utc_now_naive
 from run_otel.cli import _print_trace, build_poller
 from run_otel.demo import generate, insert_workload
 

@@ -8,8 +8,9 @@ import sqlite3
 import time
 
 from conftest import AgentDb, DaemonProcess, bridge_sections, run_cli, table_rows, utc_now_naive, write_config
-from run_otel.demo import generate, insert_workload
 from servers import Receiver, wait_for
+
+from run_otel.demo import generate, insert_workload
 
 
 def terminal_trace_ids(agent_db) -> set[str]:

@@ -13,20 +13,20 @@ from types import SimpleNamespace
 
 import pytest
 import requests
-
 from conftest import bridge_sections, utc_now_naive, write_config
-from run_otel.config import build_config
-from run_otel.demo import generate, insert_workload
-from run_otel.export import JsonFileSink
-from run_otel.metrics import BridgeMetrics
-from run_otel.checkpoint import CheckpointStore
-from run_otel.encoding import resource_attributes
-from run_otel.poller import Poller
-from run_otel.source import Source, make_engine
-from sqlalchemy.engine import make_url
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from prometheus_client import CollectorRegistry
 from servers import MariaDB, Prometheus, free_port, wait_for
+from sqlalchemy.engine import make_url
+
+from run_otel.checkpoint import CheckpointStore
+from run_otel.config import build_config
+from run_otel.demo import generate, insert_workload
+from run_otel.encoding import resource_attributes
+from run_otel.export import JsonFileSink
+from run_otel.metrics import BridgeMetrics
+from run_otel.poller import Poller
+from run_otel.source import Source, make_engine
 
 ROOT = Path(__file__).resolve().parent.parent
 DASHBOARDS = sorted((ROOT / "dashboards").glob("*.json"))

@@ -10,14 +10,14 @@ import uuid
 from datetime import timedelta
 
 import pytest
+from conftest import bridge_config, bridge_sections, run_cli, utc_now_naive, write_config
 from rich.console import Console
+from servers import free_port, wait_for
 from sqlalchemy import Engine, event, insert
 
-from conftest import bridge_config, bridge_sections, run_cli, utc_now_naive, write_config
 from run_otel.check import run_checks
 from run_otel.cli import _print_trace, build_poller
 from run_otel.schema import diagnosis_run, tool_invocation
-from servers import free_port, wait_for
 
 CONTENT_COLUMNS = ("query", "answer", "published_result", "input_params", "output_preview", "evidence")
 

@@ -18,7 +18,7 @@ from grafana_foundation_sdk.builders.dashboard import (
     Row,
 )
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
-from grafana_foundation_sdk.models.dashboard import DataSourceRef, DashboardLinkType, VariableRefresh
+from grafana_foundation_sdk.models.dashboard import DashboardLinkType, DataSourceRef, VariableRefresh
 
 from . import instruments as I
 

@@ -18,7 +18,7 @@ from .checkpoint import Checkpoint, CheckpointStore
 from .config import Config
 from .encoding import FastEncoder
 from .export import Ack, Sink
-from .mapping import Mapper, MappedRun, shard_of
+from .mapping import MappedRun, Mapper, shard_of
 from .rows import TERMINAL_STATUSES, RunRow, ToolRow, is_terminal
 from .source import Source
 
