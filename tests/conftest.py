@@ -192,3 +192,16 @@ class DaemonProcess:
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
+
+
+TERMINAL_SQL = "SELECT run_id FROM diagnosis_run WHERE status IN ('SUCCESS','FALLBACK','FAILED','CANCELLED')"
+
+
+def terminal_trace_ids(agent_db: AgentDb) -> set[str]:
+    """The trace ids every finished run in the database must arrive under (its run-<uuid>)."""
+    return {r["run_id"][4:].replace("-", "") for r in table_rows(agent_db, TERMINAL_SQL)}
+
+
+def received_roots(receiver) -> set[str]:
+    """The trace ids of the root spans the receiver has seen."""
+    return {span.trace_id.hex() for _r, _s, span in receiver.spans() if not span.parent_span_id}

@@ -7,19 +7,20 @@ import random
 import sqlite3
 import time
 
-from conftest import AgentDb, DaemonProcess, bridge_sections, run_cli, table_rows, utc_now_naive, write_config
+from conftest import (
+    AgentDb,
+    DaemonProcess,
+    bridge_sections,
+    received_roots,
+    run_cli,
+    table_rows,
+    terminal_trace_ids,
+    utc_now_naive,
+    write_config,
+)
 from servers import Receiver, wait_for
 
 from run_otel.demo import generate, insert_workload
-
-
-def terminal_trace_ids(agent_db) -> set[str]:
-    rows = table_rows(agent_db, "SELECT run_id FROM diagnosis_run WHERE status IN ('SUCCESS','FALLBACK','FAILED','CANCELLED')")
-    return {r["run_id"][4:].replace("-", "") for r in rows}
-
-
-def received_roots(receiver) -> set[str]:
-    return {span.trace_id.hex() for _r, _s, span in receiver.spans() if not span.parent_span_id}
 
 
 def seed(agent_db, runs: int, seed_value: int) -> None:

@@ -9,23 +9,10 @@ import time
 import uuid
 from datetime import datetime, timezone
 
-from conftest import DaemonProcess, bridge_sections, table_rows, write_config
+from conftest import DaemonProcess, bridge_sections, received_roots, terminal_trace_ids, write_config
 from servers import wait_for
 
 SOAK_SECONDS = int(os.environ.get("SOAK_SECONDS", "180"))
-
-
-def terminal_ids(agent_db) -> set[str]:
-    rows = table_rows(agent_db, "SELECT run_id FROM diagnosis_run WHERE status IN ('SUCCESS','FALLBACK','FAILED','CANCELLED')")
-    return {r["run_id"] for r in rows}
-
-
-def exported_ids(receiver) -> set[str]:
-    out = set()
-    for _r, _s, span in receiver.spans():
-        if not span.parent_span_id:
-            out.update(kv.value.string_value for kv in span.attributes if kv.key == "diagnosis.run.id")
-    return out
 
 
 class Load(threading.Thread):
@@ -130,14 +117,14 @@ def test_soak_with_a_flapping_receiver(agent_db, otlp, tmp_path):
                 next_flap = time.monotonic() + 20
             time.sleep(0.5)
         assert load.error is None, load.error
-        expected = terminal_ids(agent_db)
+        expected = terminal_trace_ids(agent_db)
         assert len(expected) > SOAK_SECONDS * 3
-        wait_for(lambda: exported_ids(otlp.receiver) >= expected, 120, "the soak's runs")
+        wait_for(lambda: received_roots(otlp.receiver) >= expected, 120, "the soak's runs")
         end_rss = daemon.rss_kib()
         assert daemon.alive()
     finally:
         assert daemon.terminate() == 0
-    assert exported_ids(otlp.receiver) == expected
+    assert received_roots(otlp.receiver) == expected
     # Memory is bounded by the batch, not by how long the daemon has run.
     assert end_rss <= warm_rss * 1.2 + 8 * 1024, (warm_rss, end_rss)
 
@@ -160,15 +147,15 @@ def test_two_instances_one_lease_and_a_takeover(agent_db, otlp, tmp_path):
         wait_for(lambda: "acquired" in a.output() + b.output() and "standing by" in a.output() + b.output(), 30, "one active, one standby")
         active, standby = (a, b) if "acquired" in a.output() else (b, a)
         assert "acquired" not in standby.output()
-        wait_for(lambda: len(exported_ids(otlp.receiver)) > 200, 60, "the active instance exporting")
+        wait_for(lambda: len(received_roots(otlp.receiver)) > 200, 60, "the active instance exporting")
         active.kill()
         killed_at = time.monotonic()
         wait_for(lambda: "acquired" in standby.output(), 10, "the standby to take over")
         assert time.monotonic() - killed_at <= 3
-        expected = terminal_ids(agent_db)
-        wait_for(lambda: exported_ids(otlp.receiver) >= expected, 120, "every run after the takeover")
+        expected = terminal_trace_ids(agent_db)
+        wait_for(lambda: received_roots(otlp.receiver) >= expected, 120, "every run after the takeover")
     finally:
         for process in (a, b):
             if process.alive():
                 assert process.terminate() == 0
-    assert exported_ids(otlp.receiver) == expected
+    assert received_roots(otlp.receiver) == expected
