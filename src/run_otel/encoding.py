@@ -138,8 +138,9 @@ class FastEncoder:
         self._keys: dict[str, bytes] = {}
         self._kv_cache: dict[tuple, bytes] = {}
         self._cache_size = cache_size
-        scope = _field(b"\x0a", encode_request((), resource).resource_spans[0].scope_spans[0].scope.SerializeToString())
-        self._scope = scope
+        # The scope comes from the reference encoder, so it is defined in one place.
+        reference_scope = encode_request((), resource).resource_spans[0].scope_spans[0].scope
+        self._scope = _field(b"\x0a", reference_scope.SerializeToString())
         self._resource = _field(
             b"\x0a", b"".join(_field(b"\x0a", self._key_value(k, v)) for k, v in resource.items())
         )
