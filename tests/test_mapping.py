@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 import pytest
 
 from run_otel.config import build_config
+from run_otel.content import CONTENT_ATTRIBUTES
 from run_otel.encoding import encode_spans, resource_attributes
 from run_otel.mapping import STATUS_ERROR, STATUS_UNSET, Mapper
 from run_otel.rows import RunRow, ToolRow
@@ -294,6 +295,38 @@ def test_content_is_off_by_default():
     mapped = mapper().map_run(run, [tool])
     blob = encode_spans(mapped.spans, {}).SerializeToString()
     assert b"secret" not in blob
+
+
+PROFILES = (["gen_ai"], ["gen_ai", "openinference"])
+
+
+@pytest.mark.parametrize("conventions", PROFILES)
+def test_capture_off_exports_no_content_under_any_profile(conventions):
+    run = make_run(query="MARK-query", answer="MARK-answer", published_result='{"MARK":"pub"}')
+    tools = [
+        make_tool(1, input_params='{"q":"MARK-args"}', output_preview="MARK-out",
+                  retrieval_details='{"evidence_refs":[{"raw_path":"$.a","text":"MARK-evidence"}]}'),
+        make_tool(2, success=False, error_message="failed", input_params="MARK-args2"),
+    ]
+    mapped = mapper(trace={"conventions": conventions}).map_run(run, tools)
+    for span in mapped.spans:
+        assert not set(span.attribute_map()) & CONTENT_ATTRIBUTES, span.name
+    assert b"MARK" not in encode_spans(mapped.spans, {}).SerializeToString()
+
+
+@pytest.mark.parametrize("conventions", PROFILES)
+def test_content_goes_only_to_the_attributes_the_policy_names(conventions):
+    run = make_run(query="MARK-query", answer="MARK-answer", published_result='{"MARK":"pub"}')
+    tools = [make_tool(1, input_params='{"q":"MARK-args"}', output_preview="MARK-out",
+                       retrieval_details='{"evidence_refs":[{"raw_path":"$.a","text":"MARK-evidence"}]}')]
+    mapped = mapper(trace={"conventions": conventions}, content={"capture": True}).map_run(run, tools)
+    carriers = set()
+    for span in mapped.spans:
+        for key, value in span.attributes:
+            if "MARK" in str(value):
+                carriers.add(key)
+    assert carriers and carriers <= CONTENT_ATTRIBUTES
+    assert ("input.value" in carriers) == ("openinference" in conventions)
 
 
 def test_content_when_opted_in_is_redacted_and_truncated():

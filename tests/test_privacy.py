@@ -10,13 +10,14 @@ import uuid
 from datetime import timedelta
 
 import pytest
+import requests
 from conftest import bridge_config, bridge_sections, run_cli, utc_now_naive, write_config
 from rich.console import Console
 from servers import free_port, wait_for
 from sqlalchemy import Engine, event, insert
 
 from run_otel.check import run_checks
-from run_otel.cli import _print_trace, build_poller
+from run_otel.cli import _print_trace, build_poller, start_metrics
 from run_otel.schema import diagnosis_run, tool_invocation
 
 CONTENT_COLUMNS = ("query", "answer", "published_result", "input_params", "output_preview", "evidence")
@@ -110,15 +111,53 @@ def test_content_when_opted_in_is_truncated_and_redacted(agent_db, otlp, tmp_pat
     assert query.count("[REDACTED]") == 7
 
 
+def _record_statements(statements: list[str]):
+    def record(conn, _cursor, statement, _params, _context, _many):
+        if conn.engine.dialect.name == "mysql":
+            statements.append(statement)
+
+    return record
+
+
+@pytest.mark.parametrize("conventions", [["gen_ai"], ["gen_ai", "openinference"]])
+def test_capture_off_never_selects_content_under_any_profile(agent_db, otlp, tmp_path, conventions):
+    markers = seed_markers(agent_db, 4)
+    config = bridge_config(
+        agent_db, tmp_path, otlp.endpoint("grpc"), trace={"conventions": conventions},
+        metrics={"enabled": True, "port": free_port()},
+    )
+    statements: list[str] = []
+    record = _record_statements(statements)
+    event.listen(Engine, "before_cursor_execute", record)
+    try:
+        metrics, server = start_metrics(config)
+        poller = build_poller(config, recorder=metrics)
+        assert poller.poll().run_count == 4
+        poller.backfill(1, 10, record_metrics=True)
+        _print_trace(Console(file=io.StringIO()), config, poller.source, "run-nope")
+        list(run_checks(config))
+        scraped = requests.get(f"http://127.0.0.1:{config.metrics.port}/metrics", timeout=5).text
+        server.stop()
+        metrics.shutdown()
+    finally:
+        event.remove(Engine, "before_cursor_execute", record)
+    assert any("tool_invocation" in s for s in statements) and any("diagnosis_run" in s for s in statements)
+    content_columns = re.compile(r"\b(query|answer|published_result|input_params|output_preview)\b", re.I)
+    for statement in statements:
+        assert not content_columns.search(statement), statement
+    wait_for(lambda: len(otlp.receiver.spans()) >= 16, 30, "both exports")
+    exported = b"".join(otlp.receiver.requests)
+    assert "diagnosis_runs_total" in scraped
+    for marker in all_markers(markers):
+        assert marker.encode() not in exported and marker not in scraped, marker
+
+
 def test_every_statement_only_reads_the_two_tables(agent_db, otlp, tmp_path):
     seed_markers(agent_db, 3)
     config = bridge_config(agent_db, tmp_path, otlp.endpoint("grpc"), content={"capture": True})
     statements: list[str] = []
 
-    def record(conn, _cursor, statement, _params, _context, _many):
-        if conn.engine.dialect.name == "mysql":
-            statements.append(statement)
-
+    record = _record_statements(statements)
     event.listen(Engine, "before_cursor_execute", record)
     try:
         poller = build_poller(config)

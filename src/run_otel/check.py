@@ -14,7 +14,8 @@ from .checkpoint import CheckpointError, CheckpointStore
 from .config import Config
 from .export import ExportError, build_sink
 from .schema import REQUIRED_INDEXES
-from .source import RUN_COLUMNS, RUN_CONTENT_COLUMNS, TOOL_COLUMNS, TOOL_CONTENT_COLUMNS, Source
+from .content import ContentPolicy
+from .source import RUN_COLUMNS, TOOL_COLUMNS, Source
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 
@@ -57,9 +58,10 @@ def run_checks(config: Config) -> Iterator[Finding]:
 
 def _check_columns(config: Config, source: Source) -> Iterator[Finding]:
     inspector = inspect(source.engine)
+    content = ContentPolicy.build(config.content, config.trace.conventions)
     wanted = {
-        "diagnosis_run": RUN_COLUMNS + (RUN_CONTENT_COLUMNS if config.content.capture else ()),
-        "tool_invocation": TOOL_COLUMNS + (TOOL_CONTENT_COLUMNS if config.content.capture else ()),
+        "diagnosis_run": RUN_COLUMNS + content.run_columns(),
+        "tool_invocation": TOOL_COLUMNS + content.tool_columns(),
     }
     for table, columns in wanted.items():
         if not inspector.has_table(table):

@@ -27,6 +27,7 @@ from .demo import demo_config, generate, interesting_runs, seed_demo_database, s
 from .encoding import resource_attributes
 from .export import ExportError, JsonFileSink, build_sink
 from .lease import LeaseError, MySqlLease
+from .logs import configure_logging
 from .mapping import Mapper
 from .metrics import BridgeMetrics, HealthServer, build_metrics, readiness
 from .poller import Poller, PollResult, Recorder
@@ -49,39 +50,6 @@ _CONFIG_OPTION = click.option(
 )
 
 
-class _SecretFilter(logging.Filter):
-    """Scrubs known secrets from every log record, whatever logged it."""
-
-    def __init__(self, secrets: list[str]):
-        super().__init__()
-        self._secrets = [s for s in secrets if s]
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if self._secrets:
-            message = record.getMessage()
-            for secret in self._secrets:
-                message = message.replace(secret, "***")
-            record.msg, record.args = message, None
-        return True
-
-
-def _configure_logging(config: Config) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    if config.log.format == "json":
-        fmt = '{"time":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s","message":%(message)r}'
-    else:
-        fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-    handler.setFormatter(logging.Formatter(fmt))
-    try:
-        password = config.source_url().password
-    except OSError:
-        password = None
-    handler.addFilter(_SecretFilter([str(password) if password else ""]))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(config.log.level)
-
-
 def _fail(message: str, code: int = EXIT_FAILED) -> None:
     click.echo(f"run-otel: error: {message}", err=True)
     sys.exit(code)
@@ -97,7 +65,7 @@ def _load(config_path: Path | None, shard: str | None = None) -> Config:
         _fail(f"config: {exc}", EXIT_USAGE)
     except OSError as exc:
         _fail(f"config: source.password_file: {exc.strerror}: {exc.filename}", EXIT_USAGE)
-    _configure_logging(config)
+    configure_logging(config)
     return config
 
 

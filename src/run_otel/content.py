@@ -1,7 +1,15 @@
-"""User content: truncated and redacted before it may leave the process.
+"""The content policy: what user content is, where it is read, where it goes.
 
-Only ``mapping`` calls this, and only for values the config opted in to (plus
-``error_message``, which is always cleaned because it often quotes input).
+User content (the query, the answer, the published result, tool arguments
+and results, evidence text) leaves the database only with
+``content.capture = true``. This module is the one place that says which
+columns hold it, which span attributes carry it, and how a value is redacted
+and cut before it may leave. ``source`` asks it which columns to read,
+``mapping`` asks it for the content attributes, and ``check`` asks it which
+columns must exist.
+
+``error_message`` is not user content, but it often quotes input or a
+connection string, so it is always redacted.
 """
 
 from __future__ import annotations
@@ -10,17 +18,32 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-REDACTED = "[REDACTED]"
+from . import attributes as A
+from .config import ContentConfig
+from .redaction import REDACTED, Redactor
 
-DEFAULT_PATTERNS: tuple[str, ...] = (
+__all__ = ["REDACTED", "ContentPolicy", "Cleaner"]
+
+RUN_CONTENT_COLUMNS = ("query", "answer", "published_result")
+TOOL_CONTENT_COLUMNS = ("input_params", "output_preview")
+
+# Every attribute that can carry user content. Tests hold the mapping to it.
+CONTENT_ATTRIBUTES = frozenset(
+    {
+        A.RUN_QUERY,
+        A.RUN_ANSWER,
+        A.RUN_PUBLISHED_RESULT,
+        A.GEN_AI_TOOL_CALL_ARGUMENTS,
+        A.GEN_AI_TOOL_CALL_RESULT,
+        A.RAG_EVIDENCE_REFS,
+        A.OI_INPUT_VALUE,
+        A.OI_OUTPUT_VALUE,
+    }
+)
+
+PII_PATTERNS: tuple[str, ...] = (
     # e-mail addresses
     r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}",
-    # bearer tokens in headers or text
-    r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{8,}",
-    # sk-... style API keys (OpenAI, Anthropic, DeepSeek and many gateways)
-    r"\bsk-[A-Za-z0-9_-]{12,}",
-    # key=value credentials
-    r"(?i)\b(?:api[_-]?key|access[_-]?token|secret|password|passwd)\b\s*[:=]\s*[^\s,;\"']+",
     # mainland China mobile numbers, with or without +86
     r"(?<!\d)(?:\+?86[\s-]?)?1[3-9]\d{9}(?!\d)",
     # international numbers written with a leading +
@@ -34,13 +57,13 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
 class Cleaner:
     """Redacts, then truncates to ``max_length`` characters."""
 
-    patterns: tuple[re.Pattern[str], ...]
+    redactor: Redactor
     max_length: int
 
     @classmethod
     def build(cls, extra_patterns: Iterable[str], max_length: int) -> "Cleaner":
-        compiled = tuple(re.compile(p) for p in (*DEFAULT_PATTERNS, *extra_patterns))
-        return cls(compiled, max_length)
+        extra = tuple(re.compile(p) for p in (*PII_PATTERNS, *extra_patterns))
+        return cls(Redactor.for_secrets(extra), max_length)
 
     def clean(self, value: str | bytes | None) -> str | None:
         if value is None:
@@ -49,6 +72,60 @@ class Cleaner:
         # Cut first to bound the regex work on a 1 MB preview, with a margin so
         # a secret straddling the cut is still matched whole.
         text = text[: self.max_length * 2 + 256]
-        for pattern in self.patterns:
-            text = pattern.sub(REDACTED, text)
-        return text[: self.max_length]
+        return self.redactor.redact(text)[: self.max_length]
+
+
+Pairs = list[tuple[str, str]]
+
+
+@dataclass(frozen=True)
+class ContentPolicy:
+    capture: bool
+    openinference: bool
+    cleaner: Cleaner
+
+    @classmethod
+    def build(cls, content: ContentConfig, conventions: Iterable[str]) -> "ContentPolicy":
+        return cls(content.capture, "openinference" in conventions, Cleaner.build(content.redact, content.max_length))
+
+    # -- what is read -----------------------------------------------------------
+
+    def run_columns(self) -> tuple[str, ...]:
+        return RUN_CONTENT_COLUMNS if self.capture else ()
+
+    def tool_columns(self) -> tuple[str, ...]:
+        return TOOL_CONTENT_COLUMNS if self.capture else ()
+
+    # -- what is written ----------------------------------------------------------
+
+    def error_text(self, message: str | None) -> str:
+        """An error message as it may be exported: always redacted and cut."""
+        return self.cleaner.clean(message) or ""
+
+    def run_attributes(self, query: str | None, answer: str | None, published_result: str | None) -> Pairs:
+        if not self.capture:
+            return []
+        clean = self.cleaner.clean
+        pairs = [(A.RUN_QUERY, clean(query)), (A.RUN_ANSWER, clean(answer)), (A.RUN_PUBLISHED_RESULT, clean(published_result))]
+        if self.openinference:
+            pairs += [(A.OI_INPUT_VALUE, clean(query)), (A.OI_OUTPUT_VALUE, clean(answer))]
+        return _present(pairs)
+
+    def tool_attributes(self, arguments: str | None, result: str | None, succeeded: bool, evidence_json: str | None) -> Pairs:
+        """``result`` is exported for successful calls only; ``evidence_json`` is the refs with their text."""
+        if not self.capture:
+            return []
+        clean = self.cleaner.clean
+        result = result if succeeded else None
+        pairs = [
+            (A.GEN_AI_TOOL_CALL_ARGUMENTS, clean(arguments)),
+            (A.GEN_AI_TOOL_CALL_RESULT, clean(result)),
+            (A.RAG_EVIDENCE_REFS, clean(evidence_json)),
+        ]
+        if self.openinference:
+            pairs += [(A.OI_INPUT_VALUE, clean(arguments)), (A.OI_OUTPUT_VALUE, clean(result))]
+        return _present(pairs)
+
+
+def _present(pairs: Pairs) -> Pairs:
+    return [(key, value) for key, value in pairs if value is not None]

@@ -17,7 +17,7 @@ from zoneinfo import ZoneInfo
 
 from . import attributes as A
 from .config import Config
-from .content import Cleaner
+from .content import ContentPolicy
 from .rows import RELEVANCE_LEVELS, RETRIEVAL_LAYERS, RunRow, ToolRow
 
 AttrValue = Union[str, bool, int, float, tuple[str, ...]]
@@ -99,7 +99,7 @@ def shard_of(run_id: str, shards: int) -> int:
 class Mapper:
     """Maps rows to spans under one config. Build once; ``map_run`` is pure."""
 
-    def __init__(self, config: Config):
+    def __init__(self, config: Config, content: ContentPolicy | None = None):
         self._zone = ZoneInfo(config.source.timezone)
         self._utc = config.source.timezone in ("UTC", "Etc/UTC")
         self._agent_name = config.trace.agent_name
@@ -107,8 +107,7 @@ class Mapper:
         self._openinference = "openinference" in config.trace.conventions
         self._anchor_start = config.trace.tool_time_anchor == "start"
         self._cap = config.trace.max_spans_per_trace
-        self._capture = config.content.capture
-        self._cleaner = Cleaner.build(config.content.redact, config.content.max_length)
+        self._content = content or ContentPolicy.build(config.content, config.trace.conventions)
 
     # -- time ---------------------------------------------------------------
 
@@ -208,15 +207,9 @@ class Mapper:
         if dropped > 0:
             attrs.append((A.RUN_TOOL_SPAN_LIMIT, self._cap))
             attrs.append((A.RUN_TOOL_SPANS_DROPPED, dropped))
-        if self._capture:
-            _put(attrs, A.RUN_QUERY, self._cleaner.clean(run.query))
-            _put(attrs, A.RUN_ANSWER, self._cleaner.clean(run.answer))
-            _put(attrs, A.RUN_PUBLISHED_RESULT, self._cleaner.clean(run.published_result))
         if self._openinference:
             attrs.append((A.OPENINFERENCE_SPAN_KIND, A.OI_KIND_AGENT))
-            if self._capture:
-                _put(attrs, A.OI_INPUT_VALUE, self._cleaner.clean(run.query))
-                _put(attrs, A.OI_OUTPUT_VALUE, self._cleaner.clean(run.answer))
+        attrs.extend(self._content.run_attributes(run.query, run.answer, run.published_result))
         return tuple(attrs)
 
     # -- a tool invocation ----------------------------------------------------
@@ -239,7 +232,7 @@ class Mapper:
         start_ns, end_ns = (at_ns, at_ns + length_ns) if self._anchor_start else (at_ns - length_ns, at_ns)
         status = {}
         if tool.success is False:
-            status = {"status_code": STATUS_ERROR, "status_message": self._cleaner.clean(tool.error_message) or ""}
+            status = {"status_code": STATUS_ERROR, "status_message": self._content.error_text(tool.error_message)}
         return SpanData(
             trace_id=trace_id,
             span_id=tool_span_id_for(run.run_id, tool.id),
@@ -247,11 +240,11 @@ class Mapper:
             name=f"{A.OPERATION_EXECUTE_TOOL} {tool.tool_name}",
             start_ns=start_ns,
             end_ns=end_ns,
-            attributes=self._tool_attributes(run, tool, warnings),
+            attributes=self._tool_attributes(run, tool, duration, warnings),
             **status,
         )
 
-    def _tool_attributes(self, run: RunRow, tool: ToolRow, warnings: list[str]) -> tuple:
+    def _tool_attributes(self, run: RunRow, tool: ToolRow, duration_ms: int | None, warnings: list[str]) -> tuple:
         attrs: list[tuple[str, AttrValue]] = [(A.GEN_AI_OPERATION_NAME, A.OPERATION_EXECUTE_TOOL)]
         _put(attrs, A.GEN_AI_TOOL_NAME, tool.tool_name)
         attrs.append((A.GEN_AI_TOOL_CALL_ID, str(tool.id)))
@@ -277,23 +270,17 @@ class Mapper:
         refs = self._evidence(details, attrs, tool, warnings)
         _put(attrs, A.TOOL_OUTPUT_LENGTH, tool.output_length)
         _put(attrs, A.TOOL_OUTPUT_TRUNCATED, None if tool.is_truncated is None else bool(tool.is_truncated))
-        _put(attrs, A.TOOL_DURATION_MS, tool.duration_ms)
+        # The span treats an out-of-range duration as missing; so does its attribute.
+        _put(attrs, A.TOOL_DURATION_MS, duration_ms)
         if tool.success is False:
             attrs.append((A.ERROR_TYPE, A.ERROR_TOOL))
-        if self._capture:
-            _put(attrs, A.GEN_AI_TOOL_CALL_ARGUMENTS, self._cleaner.clean(tool.input_params))
-            if tool.success is True:
-                _put(attrs, A.GEN_AI_TOOL_CALL_RESULT, self._cleaner.clean(tool.output_preview))
-            if refs is not None:
-                _put(attrs, A.RAG_EVIDENCE_REFS, self._cleaner.clean(_compact_json(refs)))
         if self._openinference:
             attrs.append((A.OPENINFERENCE_SPAN_KIND, A.OI_KIND_TOOL))
             _put(attrs, A.OI_TOOL_NAME, tool.tool_name)
             _put(attrs, A.SESSION_ID, run.session_id)
-            if self._capture:
-                _put(attrs, A.OI_INPUT_VALUE, self._cleaner.clean(tool.input_params))
-                if tool.success is True:
-                    _put(attrs, A.OI_OUTPUT_VALUE, self._cleaner.clean(tool.output_preview))
+        if self._content.capture:
+            evidence = _compact_json(refs) if refs is not None else None
+            attrs.extend(self._content.tool_attributes(tool.input_params, tool.output_preview, tool.success is True, evidence))
         return tuple(attrs)
 
     def _evidence(self, details: dict | None, attrs: list, tool: ToolRow, warnings: list[str]) -> list | None:

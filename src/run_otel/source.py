@@ -16,14 +16,14 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import SQLAlchemyError
 
 from .config import Config
+from .content import RUN_CONTENT_COLUMNS, TOOL_CONTENT_COLUMNS, ContentPolicy
 from .rows import RunRow, ToolRow
 from .schema import diagnosis_run, tool_invocation
 
 log = logging.getLogger(__name__)
 
-# The columns read are the row types' fields, in their order, so rows build positionally.
-RUN_CONTENT_COLUMNS = ("query", "answer", "published_result")
-TOOL_CONTENT_COLUMNS = ("input_params", "output_preview")
+# The columns read are the row types' fields, in their order, so rows build positionally;
+# the content columns come last, and only when the content policy asks for them.
 RUN_COLUMNS = tuple(name for name in RunRow._fields if name not in RUN_CONTENT_COLUMNS)
 TOOL_COLUMNS = tuple(name for name in ToolRow._fields if name not in TOOL_CONTENT_COLUMNS)
 
@@ -58,9 +58,9 @@ class Source:
         self._url = config.source_url()
         self.engine = engine or make_engine(self._url, config.source.connect_timeout_seconds)
         self._chunk = config.poll.tool_chunk_size
-        capture = config.content.capture
-        run_cols = RUN_COLUMNS + (RUN_CONTENT_COLUMNS if capture else ())
-        tool_cols = TOOL_COLUMNS + (TOOL_CONTENT_COLUMNS if capture else ())
+        content = ContentPolicy.build(config.content, config.trace.conventions)
+        run_cols = RUN_COLUMNS + content.run_columns()
+        tool_cols = TOOL_COLUMNS + content.tool_columns()
         self._run_select = select(*(diagnosis_run.c[name] for name in run_cols))
         self._tool_select = select(*(tool_invocation.c[name] for name in tool_cols))
 

@@ -1,0 +1,95 @@
+"""Logging: one line per record on stderr, text or JSON, times in UTC, no secrets.
+
+Every record, whatever library wrote it, passes the secret filter: the
+configured secrets (the source password, the export headers' values) are
+masked, then the same credential rules as exported text apply.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Iterable
+from datetime import datetime, timezone
+
+from .config import Config
+from .redaction import Redactor
+
+MASK = "***"
+
+# APScheduler logs two INFO lines per job run ("Running job", "executed
+# successfully"), even while every poll fails: about 35,000 lines a day.
+_CHATTY = {"apscheduler": logging.WARNING}
+
+
+def utc_iso(created: float) -> str:
+    """A record time as ISO 8601 in UTC, to the millisecond: 2026-12-03T08:15:02.113Z."""
+    return datetime.fromtimestamp(created, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message (and exception)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        doc = {"time": utc_iso(record.created), "level": record.levelname, "logger": record.name, "message": record.getMessage()}
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            doc["exception"] = record.exc_text
+        return json.dumps(doc, ensure_ascii=False)
+
+
+class TextFormatter(logging.Formatter):
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802 - logging's name
+        return utc_iso(record.created)
+
+
+class SecretFilter(logging.Filter):
+    """Masks known secrets and redacts credential shapes in every record."""
+
+    def __init__(self, secrets: Iterable[str], redactor: Redactor):
+        super().__init__()
+        # Longest first, so a secret that contains another is masked whole.
+        self._secrets = sorted({s for s in secrets if s and len(s) >= 3}, key=len, reverse=True)
+        self._redactor = redactor
+
+    def scrub(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, MASK)
+        return self._redactor.redact(text)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg, record.args = self.scrub(record.getMessage()), None
+        if record.exc_info:
+            record.exc_text = self.scrub(logging.Formatter().formatException(record.exc_info))
+            record.exc_info = None
+        return True
+
+
+def configured_secrets(config: Config) -> list[str]:
+    """Secret values the config holds: the source password and the export headers."""
+    secrets = list(config.export.headers.values())
+    try:
+        password = config.source_url().password
+    except OSError:
+        password = None
+    if password:
+        secrets.append(str(password))
+    return secrets
+
+
+def configure_logging(config: Config, stream=None) -> SecretFilter:
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(JsonFormatter() if config.log.format == "json" else TextFormatter())
+    secret_filter = SecretFilter(configured_secrets(config), Redactor.for_secrets())
+    handler.addFilter(secret_filter)
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(config.log.level)
+    for name, level in _CHATTY.items():
+        logging.getLogger(name).setLevel(max(level, logging.getLogger().level))
+    return secret_filter
