@@ -11,11 +11,12 @@ from sqlalchemy import inspect, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from .checkpoint import CheckpointError, CheckpointStore
+from .clock import SourceClock, zone_finding
 from .config import Config
+from .content import ContentPolicy
 from .export import ExportError, build_sink
 from .schema import REQUIRED_INDEXES
-from .content import ContentPolicy
-from .source import RUN_COLUMNS, TOOL_COLUMNS, Source
+from .source import RUN_COLUMNS, TOOL_COLUMNS, Source, SourceError
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 
@@ -50,6 +51,7 @@ def run_checks(config: Config) -> Iterator[Finding]:
         yield from _check_columns(config, source)
         yield from _check_indexes(source)
         yield from _check_privileges(source)
+        yield from _check_timezone(config, source)
     finally:
         source.close()
     yield from _check_state(config)
@@ -123,6 +125,22 @@ def _check_privileges(source: Source) -> Iterator[Finding]:
         yield Finding(WARN, "privileges", f"the user can read beyond the two tables ({', '.join(sorted(set(wide)))})")
     if not writes and not wide:
         yield Finding(OK, "privileges", f"SELECT only, on {database}.diagnosis_run and {database}.tool_invocation")
+
+
+def _check_timezone(config: Config, source: Source) -> Iterator[Finding]:
+    try:
+        sample = source.clock_sample()
+    except SourceError as exc:
+        yield Finding(FAIL, "source.timezone", f"cannot read the newest run: {exc}")
+        return
+    if sample is None:
+        yield Finding(OK, "source.timezone", f"{config.source.timezone}: no runs yet to compare")
+        return
+    finding = zone_finding(sample, SourceClock(config.source.timezone))
+    if finding:
+        yield Finding(WARN, "source.timezone", finding.message(config.source.timezone))
+    else:
+        yield Finding(OK, "source.timezone", f"{config.source.timezone}: the newest run (id {sample.run_id}) fits the database's clock")
 
 
 def _check_state(config: Config) -> Iterator[Finding]:

@@ -12,7 +12,6 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
-from zoneinfo import ZoneInfo
 
 import click
 from rich.console import Console
@@ -20,15 +19,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from . import __version__
+from .backfill import Window, order_warning, plan
 from .check import FAIL, OK, WARN, run_checks
-from .checkpoint import CheckpointError, CheckpointStore
+from .checkpoint import CheckpointError, CheckpointStore, shard_name
+from .clock import SourceClock
 from .config import Config, ConfigError, load_config
 from .demo import demo_config, generate, interesting_runs, seed_demo_database, summary_rows
 from .encoding import resource_attributes
 from .export import ExportError, JsonFileSink, build_sink
-from .lease import LeaseError, MySqlLease
+from .lease import LeaseError, MySqlLease, lease_name
 from .logs import configure_logging
-from .mapping import Mapper
+from .mapping import Mapper, trace_id_for
 from .metrics import BridgeMetrics, HealthServer, build_metrics, readiness
 from .poller import Poller, PollResult, Recorder
 from .render import span_tree, trace_links
@@ -181,7 +182,8 @@ class Daemon:
         self.poller = build_poller(config, recorder=self.metrics)
         self.lease = None
         if config.ha.enabled:
-            self.lease = MySqlLease(self.poller.source.engine, config.ha.lock_name, config.ha.takeover_seconds)
+            name = lease_name(config.ha.lock_name, config.source_url().database, shard_name(config))
+            self.lease = MySqlLease(self.poller.source.engine, name, config.ha.takeover_seconds)
             self.poller.keep_going = self.lease.held
 
     def _active(self) -> bool:
@@ -264,57 +266,88 @@ def _utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def _as_source_time(config: Config, moment: datetime) -> datetime:
-    """A CLI time as the naive DATETIME the agent writes: aware times are converted."""
-    if moment.tzinfo is None:
-        return moment
-    return moment.astimezone(ZoneInfo(config.source.timezone)).replace(tzinfo=None)
-
-
 _TIME = click.DateTime(["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S%z"])
 
 
 @cli.command()
 @_CONFIG_OPTION
-@click.option("--since", type=_TIME, required=True, help="Export runs created at or after this time (in source.timezone unless it has an offset).")
+@click.option("--since", type=_TIME, default=None, help="Export runs created at or after this time (in source.timezone unless it has an offset).")
 @click.option("--until", type=_TIME, default=None, help="...and before this time [default: no upper bound].")
+@click.option("--from-id", type=click.IntRange(min=1), default=None, help="Read run ids from this one, instead of probing for the window's ids.")
+@click.option("--to-id", type=click.IntRange(min=1), default=None, help="...up to and including this one [default: the newest].")
+@click.option("--full-scan", is_flag=True, help="Read every run id once: complete even when ids are not in created_at order.")
 @click.option("--with-metrics", is_flag=True, help="Also count the runs in the run metrics (off: history would distort rates).")
 @click.option("--shard", metavar="I/N", help="Export only shard I of N.")
-def backfill(config_path: Path | None, since: datetime, until: datetime | None, with_metrics: bool, shard: str | None) -> None:
+def backfill(
+    config_path: Path | None,
+    since: datetime | None,
+    until: datetime | None,
+    from_id: int | None,
+    to_id: int | None,
+    full_scan: bool,
+    with_metrics: bool,
+    shard: str | None,
+) -> None:
     """Export history: every finished run created in [--since, --until).
 
     The id range is found by primary-key probes, never by a scan, and read in
-    batches of poll.batch_size with a progress bar. The daemon's checkpoint is
-    neither read nor moved, so a backfill can run beside `run-otel run`;
-    runs exported by both arrive twice, byte-identical.
+    batches of poll.batch_size with a progress bar. Only runs created inside
+    the window are sent. Probes assume ids grow with created_at; when they do
+    not (after an import), backfill says so and names --full-scan and
+    --from-id/--to-id, which read a whole id range and are always complete.
+    The daemon's checkpoint is neither read nor moved, so a backfill can run
+    beside `run-otel run`; runs exported by both arrive twice, byte-identical.
     """
+    if since is None and from_id is None and not full_scan:
+        raise click.UsageError("give --since, --from-id or --full-scan")
+    if since and until and until <= since:
+        raise click.UsageError(f"--until ({until}) must be after --since ({since})")
+    if from_id and to_id and to_id < from_id:
+        raise click.UsageError(f"--to-id ({to_id}) must not be below --from-id ({from_id})")
     config = _load(config_path, shard)
-    _guarded(lambda: _backfill(config, _as_source_time(config, since), until and _as_source_time(config, until), with_metrics))
+    clock = SourceClock(config.source.timezone)
+    window = Window(since and clock.naive(since), until and clock.naive(until))
+    _guarded(lambda: _backfill(config, window, (from_id, to_id, full_scan), with_metrics))
 
 
-def _backfill(config: Config, since: datetime, until: datetime | None, with_metrics: bool) -> None:
-    console = Console(stderr=True, highlight=False)
+def _backfill(config: Config, window: Window, ids: tuple, with_metrics: bool) -> None:
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
     metrics, server = start_metrics(config) if with_metrics else (None, None)
     poller = build_poller(config, recorder=metrics)
     source = poller.source
-    first_id = source.first_id_created_at_or_after(since)
-    last_id = (source.first_id_created_at_or_after(until) if until else source.max_run_id() + 1) - 1
-    if last_id < first_id:
-        console.print("no runs in that time range")
-        return
+    ids_plan = plan(source, window, *ids)
     signal.signal(signal.SIGTERM, lambda *_: poller.stop_requested.set())
     started, spans = time.monotonic(), 0
-    with _progress(console) as progress:
-        task = progress.add_task(f"backfill ids {first_id}..{last_id}", total=last_id - first_id + 1, rate="")
+    sent: list[str] = []  # the first and last trace ids
+    total = PollResult()
+    if not ids_plan.empty:
+        with _progress(console) as progress:
+            task = progress.add_task(
+                f"backfill ids {ids_plan.first_id}..{ids_plan.last_id}", total=ids_plan.last_id - ids_plan.first_id + 1, rate=""
+            )
 
-        def advance(result: PollResult, cursor: int) -> None:
-            nonlocal spans
-            spans += result.spans
-            rate = spans / max(time.monotonic() - started, 1e-9)
-            progress.update(task, completed=cursor - first_id + 1, rate=f"{rate:,.0f} spans/s")
+            def advance(result: PollResult, cursor: int) -> None:
+                nonlocal spans
+                spans += result.spans
+                if result.runs:
+                    sent[1:] = [trace_id_for(result.runs[-1].run.run_id).hex()]
+                    sent[:1] = sent[:1] or [trace_id_for(result.runs[0].run.run_id).hex()]
+                rate = spans / max(time.monotonic() - started, 1e-9)
+                progress.update(task, completed=cursor - ids_plan.first_id + 1, rate=f"{rate:,.0f} spans/s")
 
-        total = poller.backfill(first_id, last_id, advance, record_metrics=with_metrics)
-    click.echo(f"backfilled {total.run_count} runs ({total.spans} spans) in {time.monotonic() - started:.1f}s")
+            total = poller.backfill(
+                ids_plan.first_id, ids_plan.last_id, advance, record_metrics=with_metrics, created_in=window.contains
+            )
+    click.echo(f"backfilled {total.run_count} runs ({total.spans} spans) {window.describe()} in {time.monotonic() - started:.1f}s")
+    if sent:
+        click.echo(f"first trace {sent[0]}, last trace {sent[-1]}")
+        click.echo(
+            "Jaeger finds them by trace id or by a search over their own time range. Tempo finds them by trace id; "
+            "its search finds them only if ingester.ingestion_time_range_slack covers their age (see README, Backfill)."
+        )
+    warning = order_warning(ids_plan, total.outside_window, source.largest_time_inversion())
+    if warning:
+        console.print(f"[bold red]WARNING:[/] {warning}")
     if server:
         server.stop()
     if metrics:
@@ -374,7 +407,8 @@ def check(config_path: Path | None) -> None:
     can write) do not fail; exit 1 only when something run-otel needs is missing.
     """
     config = _load(config_path)
-    console = Console(highlight=False)
+    # soft_wrap: a line is never broken at 80 columns when stdout is a pipe (CI, kubectl exec).
+    console = Console(highlight=False, soft_wrap=True)
     findings = []
     for finding in run_checks(config):
         findings.append(finding)

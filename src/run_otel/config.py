@@ -33,6 +33,12 @@ class SourceConfig:
     password_file: str = ""
     timezone: str = "UTC"
     connect_timeout_seconds: float = 10.0
+    statement_timeout_seconds: float = 30.0
+    tls: bool = False
+    tls_ca: str = ""
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_verify_hostname: bool = True
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,8 @@ class PollConfig:
     tool_chunk_size: int = 500
     retry_initial_seconds: float = 1.0
     retry_max_seconds: float = 60.0
+    stuck_after_seconds: float = 300.0
+    shutdown_timeout_seconds: float = 25.0
 
 
 @dataclass(frozen=True)
@@ -171,6 +179,9 @@ _POSITIVE = {
     ("trace", "max_spans_per_trace"),
     ("ha", "takeover_seconds"),
     ("metrics", "otlp_interval_seconds"),
+    ("source", "statement_timeout_seconds"),
+    ("poll", "stuck_after_seconds"),
+    ("poll", "shutdown_timeout_seconds"),
 }
 _NON_NEGATIVE = {
     ("poll", "settle_seconds"),
@@ -366,8 +377,22 @@ def _validate(config: Config) -> None:
             re.compile(pattern)
         except re.error as exc:
             raise ConfigError(f"content.redact: bad regex {pattern!r}: {exc}") from None
+    _validate_tls(config.source)
     for section in ("source", "state"):
         try:
             make_url(getattr(config, section).url)
         except Exception:  # SQLAlchemy raises ArgumentError; never echo the URL, it may hold a password
             raise ConfigError(f"{section}.url is not a SQLAlchemy URL") from None
+
+
+def _validate_tls(source: SourceConfig) -> None:
+    for key in ("tls_ca", "tls_cert", "tls_key"):
+        path = getattr(source, key)
+        if path and not Path(path).is_file():
+            raise ConfigError(f"source.{key}: no such file: {path}")
+    if source.tls_key and not source.tls_cert:
+        raise ConfigError("source.tls_key needs source.tls_cert (the client certificate)")
+
+
+def uses_tls(source: SourceConfig) -> bool:
+    return source.tls or bool(source.tls_ca or source.tls_cert)

@@ -10,6 +10,7 @@ batches, so it never idles that long while alive.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 
 from sqlalchemy import Engine, text
@@ -20,6 +21,23 @@ log = logging.getLogger(__name__)
 
 class LeaseError(RuntimeError):
     pass
+
+
+# MySQL and MariaDB refuse lock names longer than this.
+MAX_LOCK_NAME = 64
+
+
+def lease_name(base: str, database: str | None, shard: str) -> str:
+    """The lock name for one source database and one shard.
+
+    ``GET_LOCK`` names are server-wide: without the database and the shard in
+    the name, an instance for another database on the same server, or another
+    shard, would stand by forever behind the first.
+    """
+    name = f"{base}:{database or ''}:{shard}"
+    if len(name) <= MAX_LOCK_NAME:
+        return name
+    return f"{base[:24]}:{hashlib.sha256(name.encode()).hexdigest()[:32]}"
 
 
 class MySqlLease:

@@ -11,11 +11,10 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import NamedTuple, Union
-from zoneinfo import ZoneInfo
 
 from . import attributes as A
+from .clock import SourceClock
 from .config import Config
 from .content import ContentPolicy
 from .rows import RELEVANCE_LEVELS, RETRIEVAL_LAYERS, RunRow, ToolRow
@@ -28,8 +27,6 @@ STATUS_ERROR = 2
 _UUID_RUN_ID = re.compile(
     r"run-([0-9a-fA-F]{8})-([0-9a-fA-F]{4})-([0-9a-fA-F]{4})-([0-9a-fA-F]{4})-([0-9a-fA-F]{12})"
 )
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-_NAIVE_EPOCH = datetime(1970, 1, 1)
 _NS_PER_MS = 1_000_000
 # A duration beyond a day is a broken row, not a slow call: treat it as absent
 # so one bad value does not stretch a trace over weeks.
@@ -99,27 +96,15 @@ def shard_of(run_id: str, shards: int) -> int:
 class Mapper:
     """Maps rows to spans under one config. Build once; ``map_run`` is pure."""
 
-    def __init__(self, config: Config, content: ContentPolicy | None = None):
-        self._zone = ZoneInfo(config.source.timezone)
-        self._utc = config.source.timezone in ("UTC", "Etc/UTC")
+    def __init__(self, config: Config, clock: SourceClock | None = None, content: ContentPolicy | None = None):
+        self._clock = clock or SourceClock(config.source.timezone)
+        self.epoch_ns = self._clock.epoch_ns
         self._agent_name = config.trace.agent_name
         self._provider = config.trace.provider_name
         self._openinference = "openinference" in config.trace.conventions
         self._anchor_start = config.trace.tool_time_anchor == "start"
         self._cap = config.trace.max_spans_per_trace
         self._content = content or ContentPolicy.build(config.content, config.trace.conventions)
-
-    # -- time ---------------------------------------------------------------
-
-    def epoch_ns(self, value: object) -> int | None:
-        """A naive DATETIME in ``source.timezone`` as Unix nanoseconds; None if not a date."""
-        if not isinstance(value, datetime):
-            return None
-        if value.tzinfo is None and self._utc:
-            delta = value - _NAIVE_EPOCH  # the common case, without building an aware datetime
-        else:
-            delta = (value.replace(tzinfo=self._zone) if value.tzinfo is None else value) - _EPOCH
-        return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1_000
 
     # -- the run ------------------------------------------------------------
 

@@ -15,19 +15,19 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from .checkpoint import Checkpoint, CheckpointStore
+from .clock import SourceClock, zone_finding
 from .config import Config
 from .encoding import FastEncoder
 from .export import Ack, Sink
 from .mapping import MappedRun, Mapper, shard_of
 from .rows import TERMINAL_STATUSES, RunRow, ToolRow, is_terminal
 from .source import Source
+from .transitions import Rules, advance, classify, expire_gaps, initial_checkpoint, timed_out
 
 log = logging.getLogger(__name__)
 
 # Spans per request stay under the 4 MiB gRPC default of most collectors.
 MAX_REQUEST_BYTES = 3 * 1024 * 1024
-# More missing ids than this in one batch is a deletion, not in-flight commits.
-MAX_NEW_GAPS = 10_000
 
 
 @dataclass
@@ -53,6 +53,8 @@ class PollResult:
     pending: int = 0
     gaps: int = 0
     full_batch: bool = False
+    # Backfill: rows inside the id range but created outside the time window.
+    outside_window: int = 0
     # When the first finished-but-unsettled run becomes exportable (Unix time).
     next_settle_at: float | None = None
 
@@ -61,6 +63,7 @@ class PollResult:
         self.spans += other.spans
         self.rejected_spans += other.rejected_spans
         self.warnings += other.warnings
+        self.outside_window += other.outside_window
         self.pending, self.gaps, self.full_batch = other.pending, other.gaps, other.full_batch
         self.next_settle_at = other.next_settle_at
 
@@ -95,7 +98,10 @@ class Poller:
         self._store = store
         self._recorder = recorder or Recorder()
         self._clock = clock
-        self.mapper = Mapper(config)
+        self._source_clock = SourceClock(config.source.timezone)
+        self.mapper = Mapper(config, clock=self._source_clock)
+        self._rules = Rules.from_config(config.poll)
+        self._zone_checked = False
         self._encoder = FastEncoder(resource)
         self._shard_index, self._shard_total = config.shard
         self._unknown_statuses: set[str] = set()
@@ -139,8 +145,7 @@ class Poller:
             for warning in one.warnings:
                 log.warning("run %s: %s", run.run_id, warning)
             result.warnings += len(one.warnings)
-            updated_ns = self.mapper.epoch_ns(run.updated_at)
-            settled_at = updated_ns / 1e9 if updated_ns is not None else None
+            settled_at = self._source_clock.epoch(run.updated_at)
             mapped.append((ExportedRun(run, run_tools, run.id in incomplete_ids, len(one.spans), settled_at), one))
         for request_spans in self._requests(m for _, m in mapped):
             ack = self._sink.send(self._encoder.request(request_spans))
@@ -159,8 +164,10 @@ class Poller:
         last_id: int,
         on_batch: Callable[[PollResult, int], None] = lambda result, cursor: None,
         record_metrics: bool = False,
+        created_in: Callable[[RunRow], bool] = lambda run: True,
     ) -> PollResult:
-        """Exports the finished runs with ids in [first_id, last_id]; the checkpoint is not touched."""
+        """Exports the finished runs with ids in [first_id, last_id] that ``created_in``
+        accepts; the checkpoint is not touched."""
         total = PollResult()
         cursor = first_id - 1
         while cursor < last_id and not self.stop_requested.is_set():
@@ -169,8 +176,12 @@ class Poller:
                 break
             cursor = runs[-1].id
             now = self._clock()
-            ready = [r for r in runs if self._in_shard(r) and (is_terminal(r.status) or self._timed_out(r, now, now))]
+            inside = [run for run in runs if created_in(run)]
+            for run in inside:
+                self._note_unknown_status(run.status)
+            ready = [r for r in inside if self._in_shard(r) and (is_terminal(r.status) or self._timed_out(r, now))]
             result = self.export_runs(ready, {r.id for r in ready if not is_terminal(r.status)})
+            result.outside_window = len(runs) - len(inside)
             if record_metrics:
                 self._recorder.runs_exported(result, self._clock())
             total.add(result)
@@ -181,15 +192,22 @@ class Poller:
 
     def _poll_batch(self) -> PollResult:
         checkpoint = self._load_checkpoint()
+        self._check_zone_once()
         now = self._clock()
         new_runs = self._source.runs_after(checkpoint.high_water, self._poll.batch_size)
         rechecked = self._source.runs_by_ids(checkpoint.pending.keys() | checkpoint.gaps.keys())
         following = checkpoint.copy()
-        self._advance(following, new_runs, now)
-        to_export, incomplete, next_settle_at = self._classify(following, [*rechecked, *new_runs], now)
-        self._expire_gaps(following, now)
+        dropped = advance(following, [run.id for run in new_runs], now)
+        if dropped:
+            log.warning("%d ids missing below run id %d; tracking only the last of them", dropped, new_runs[-1].id)
+        for run in new_runs:
+            self._note_unknown_status(run.status)
+        decided = classify(following, [*rechecked, *new_runs], now, self._rules, self._source_clock, self._in_shard)
+        expired = expire_gaps(following, now, self._poll.gap_timeout_seconds)
+        if expired:
+            log.info("gave up on %d missing run ids after %.0fs (rolled back or deleted)", len(expired), self._poll.gap_timeout_seconds)
         try:
-            result = self.export_runs(to_export, incomplete)
+            result = self.export_runs(decided.to_export, decided.incomplete)
         except Exception:
             self._recorder.export_failed()
             raise
@@ -197,7 +215,7 @@ class Poller:
         self._store.save(following, acked_at)
         result.pending, result.gaps = len(following.pending), len(following.gaps)
         result.full_batch = len(new_runs) >= self._poll.batch_size
-        result.next_settle_at = next_settle_at
+        result.next_settle_at = decided.next_settle_at
         self._recorder.runs_exported(result, acked_at)
         return result
 
@@ -206,12 +224,7 @@ class Poller:
         if saved is not None:
             return saved
         start = self._poll.start_from
-        if start == "beginning":
-            high_water = 0
-        elif start == "now":
-            high_water = self._source.max_run_id()
-        else:
-            high_water = int(start) - 1
+        checkpoint = initial_checkpoint(start, self._source.max_run_id() if start == "now" else 0)
         # From "beginning" a lost checkpoint only re-sends; from "now" or an id it may skip runs.
         level = logging.INFO if start == "beginning" else logging.WARNING
         log.log(
@@ -219,74 +232,31 @@ class Poller:
             "no checkpoint for %s in %s: starting after run id %d (poll.start_from=%s)",
             self._store.name,
             self._store.describe(),
-            high_water,
+            checkpoint.high_water,
             start,
         )
-        return Checkpoint(high_water=high_water)
+        return checkpoint
 
-    def _advance(self, checkpoint: Checkpoint, new_runs: Sequence[RunRow], now: float) -> None:
-        """Moves the high-water mark over ``new_runs`` and records the ids they skipped."""
-        if not new_runs:
+    def _check_zone_once(self) -> None:
+        """Logs a wrong-looking source.timezone once, and stops trusting the timestamps for timeouts."""
+        if self._zone_checked:
             return
-        seen = {run.id for run in new_runs}
-        missing = [i for i in range(checkpoint.high_water + 1, new_runs[-1].id) if i not in seen]
-        if len(missing) > MAX_NEW_GAPS:
-            log.warning("%d ids missing below run id %d; tracking the last %d", len(missing), new_runs[-1].id, MAX_NEW_GAPS)
-            missing = missing[-MAX_NEW_GAPS:]
-        for gap in missing:
-            checkpoint.gaps.setdefault(gap, now)
-        checkpoint.high_water = new_runs[-1].id
+        sample = self._source.clock_sample()
+        self._zone_checked = True
+        finding = zone_finding(sample, self._source_clock) if sample else None
+        if finding:
+            log.warning(finding.message(self._source_clock.zone_name))
+            self._rules = Rules.from_config(self._poll, trust_timestamps=False)
 
-    def _classify(
-        self, checkpoint: Checkpoint, runs: Sequence[RunRow], now: float
-    ) -> tuple[list[RunRow], set[int], float | None]:
-        """Splits runs into those to send now and those still waiting, and says when
-        the first finished one still settling will be ready."""
-        settled_before_ns = int((now - self._poll.settle_seconds) * 1e9)
-        to_export: list[RunRow] = []
-        incomplete: set[int] = set()
-        next_settle_at: float | None = None
-        for run in runs:
-            first_seen = checkpoint.pending.pop(run.id, None) or checkpoint.gaps.pop(run.id, None) or now
-            if not self._in_shard(run):
-                continue
-            if is_terminal(run.status):
-                self._note_unknown_status(run.status)
-                updated_ns = self.mapper.epoch_ns(run.updated_at)
-                if updated_ns is None or updated_ns <= settled_before_ns:
-                    to_export.append(run)
-                else:
-                    checkpoint.pending[run.id] = first_seen
-                    ready_at = updated_ns / 1e9 + self._poll.settle_seconds
-                    next_settle_at = ready_at if next_settle_at is None else min(next_settle_at, ready_at)
-            elif self._timed_out(run, first_seen, now):
-                to_export.append(run)
-                incomplete.add(run.id)
-            else:
-                checkpoint.pending[run.id] = first_seen
-        return to_export, incomplete, next_settle_at
-
-    def _timed_out(self, run: RunRow, first_seen: float, now: float) -> bool:
-        timeout = self._poll.run_timeout_seconds
-        if timeout <= 0:
-            return False
-        created_ns = self.mapper.epoch_ns(run.created_at)
-        since = created_ns / 1e9 if created_ns is not None else first_seen
-        return now - since >= timeout
-
-    def _expire_gaps(self, checkpoint: Checkpoint, now: float) -> None:
-        expired = [gap for gap, seen in checkpoint.gaps.items() if now - seen >= self._poll.gap_timeout_seconds]
-        for gap in expired:
-            del checkpoint.gaps[gap]
-        if expired:
-            log.info("gave up on %d missing run ids after %.0fs (rolled back or deleted)", len(expired), self._poll.gap_timeout_seconds)
+    def _timed_out(self, run: RunRow, now: float) -> bool:
+        return timed_out(self._source_clock.epoch(run.created_at), now, now, self._rules)
 
     def _in_shard(self, run: RunRow) -> bool:
         return self._shard_total == 1 or shard_of(run.run_id, self._shard_total) == self._shard_index
 
     def _note_unknown_status(self, status: str | None) -> None:
         """Counts every run with an unknown status; logs each such value once."""
-        if status in TERMINAL_STATUSES:
+        if status in TERMINAL_STATUSES or not is_terminal(status):
             return
         self._recorder.row_warnings(1)
         if status not in self._unknown_statuses:

@@ -8,14 +8,16 @@ it maps, never ``self_evaluation``, and user content only when capture is on.
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Iterable, Iterator, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from sqlalchemy import Engine, create_engine, func, select
+from sqlalchemy import Engine, create_engine, event, func, select
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import SQLAlchemyError
 
-from .config import Config
+from .clock import ClockSample
+from .config import Config, SourceConfig, uses_tls
 from .content import RUN_CONTENT_COLUMNS, TOOL_CONTENT_COLUMNS, ContentPolicy
 from .rows import RunRow, ToolRow
 from .schema import diagnosis_run, tool_invocation
@@ -36,14 +38,72 @@ def safe_url(url: URL) -> str:
     return url.render_as_string(hide_password=True)
 
 
-def make_engine(url: URL, connect_timeout: float = 10.0, **kwargs) -> Engine:
-    """An engine with pre-ping, so a restarted database is reconnected transparently."""
+def make_engine(url: URL, connect_timeout: float = 10.0, source: SourceConfig | None = None, **kwargs) -> Engine:
+    """An engine with pre-ping, so a restarted database is reconnected transparently.
+
+    For the agent's database (``source`` given) on MySQL/MariaDB, every session
+    gets the statement timeout and, when configured, TLS.
+    """
     connect_args: dict = {}
     if url.get_backend_name() == "mysql":
         connect_args = {"connect_timeout": max(1, int(connect_timeout)), "charset": "utf8mb4"}
         # Each poll must see rows committed since the last one.
         kwargs.setdefault("isolation_level", "READ COMMITTED")
-    return create_engine(url, pool_pre_ping=True, connect_args=connect_args, **kwargs)
+        if source is not None:
+            connect_args.update(_mysql_source_args(url, source))
+    elif url.get_backend_name() == "sqlite" and source is not None:
+        connect_args = {"timeout": source.statement_timeout_seconds}
+    engine = create_engine(url, pool_pre_ping=True, connect_args=connect_args, **kwargs)
+    if url.get_backend_name() == "mysql" and source is not None:
+        event.listen(engine, "connect", _session_timeouts(source.statement_timeout_seconds))
+    return engine
+
+
+def _mysql_source_args(url: URL, source: SourceConfig) -> dict:
+    # The server-side limits below end a statement; the socket timeout is the
+    # backstop for a server that stops answering altogether.
+    backstop = int(source.statement_timeout_seconds) + 10
+    args: dict = {"read_timeout": backstop, "write_timeout": backstop}
+    if uses_tls(source):
+        args["ssl"] = _tls_context(source) if url.get_driver_name() == "pymysql" else _tls_dict(source)
+    return args
+
+
+def _tls_context(source: SourceConfig) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=source.tls_ca or None)
+    if source.tls_cert:
+        context.load_cert_chain(source.tls_cert, source.tls_key or None)
+    context.check_hostname = source.tls_verify_hostname
+    return context
+
+
+def _tls_dict(source: SourceConfig) -> dict:
+    """mysqlclient's form of the same settings."""
+    options: dict = {"ca": source.tls_ca or None, "cert": source.tls_cert or None, "key": source.tls_key or None}
+    options["check_hostname"] = source.tls_verify_hostname
+    return {k: v for k, v in options.items() if v is not None}
+
+
+def _session_timeouts(seconds: float):
+    """Per-session limits: MariaDB's max_statement_time, MySQL's max_execution_time,
+    and lock_wait_timeout for metadata locks (LOCK TABLES, ALTER TABLE) on both."""
+    whole = max(1, int(seconds))
+
+    def on_connect(dbapi_connection, _record) -> None:
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute("SELECT VERSION()")
+            mariadb = "mariadb" in str(cursor.fetchone()[0]).lower()
+            limit = f"max_statement_time = {seconds:g}" if mariadb else f"max_execution_time = {int(seconds * 1000)}"
+            cursor.execute(f"SET SESSION {limit}, SESSION lock_wait_timeout = {whole}")
+        finally:
+            cursor.close()
+
+    return on_connect
+
+
+# Server errors that mean a statement hit the timeout rather than failed.
+_TIMEOUT_ERRORS = {1969: "max_statement_time", 3024: "max_execution_time", 1205: "lock_wait_timeout", 2013: "read timeout"}
 
 
 def _chunks(values: Sequence, size: int) -> Iterator[Sequence]:
@@ -56,7 +116,8 @@ class Source:
 
     def __init__(self, config: Config, engine: Engine | None = None):
         self._url = config.source_url()
-        self.engine = engine or make_engine(self._url, config.source.connect_timeout_seconds)
+        self._statement_timeout = config.source.statement_timeout_seconds
+        self.engine = engine or make_engine(self._url, config.source.connect_timeout_seconds, config.source)
         self._chunk = config.poll.tool_chunk_size
         content = ContentPolicy.build(config.content, config.trace.conventions)
         run_cols = RUN_COLUMNS + content.run_columns()
@@ -73,6 +134,12 @@ class Source:
                 return list(conn.execute(statement))
         except SQLAlchemyError as exc:
             reason = getattr(exc, "orig", None) or exc.__class__.__name__
+            code = getattr(reason, "args", (None,))[0] if getattr(reason, "args", None) else None
+            if code in _TIMEOUT_ERRORS:
+                reason = (
+                    f"a statement ran past source.statement_timeout_seconds ({self._statement_timeout:g}s; "
+                    f"{_TIMEOUT_ERRORS[code]}): is a table locked? {reason}"
+                )
             raise SourceError(f"database {self.describe()}: {reason}") from None
 
     # -- runs ---------------------------------------------------------------
@@ -128,6 +195,41 @@ class Source:
                 # Every id up to the probed row starts no later than it: skip them all.
                 low = probe[0] + 1
         return low
+
+    def clock_sample(self) -> ClockSample | None:
+        """The newest run's times and the database's clocks, for the time-zone check."""
+        newest = self._fetch(
+            select(diagnosis_run.c.id, diagnosis_run.c.created_at, diagnosis_run.c.updated_at)
+            .order_by(diagnosis_run.c.id.desc())
+            .limit(1)
+        )
+        if not newest:
+            return None
+        stamps = [v for v in newest[0][1:] if isinstance(v, datetime)]
+        if not stamps:
+            return None
+        if self.engine.dialect.name == "mysql":
+            db_now, db_utc = self._fetch(select(func.now(), func.utc_timestamp()))[0]
+        else:  # SQLite has one clock, in UTC
+            db_now, db_utc = None, datetime.fromisoformat(self._fetch(select(func.datetime("now")))[0][0])
+        return ClockSample(int(newest[0][0]), max(stamps), db_now, db_utc)
+
+    def largest_time_inversion(self, probes: int = 64) -> tuple[timedelta, int, int]:
+        """How far ``created_at`` runs backwards as ids grow, over ``probes`` evenly
+        spaced primary-key probes: (the largest drop, the earlier id, the later id).
+        A drop of minutes or more means ids are not in time order (an import)."""
+        top = self.max_run_id()
+        worst, pair = timedelta(0), (0, 0)
+        latest: tuple[datetime, int] | None = None
+        for step in range(probes + 1):
+            probe = self.created_at_from(max(1, top * step // probes))
+            if probe is None or not isinstance(probe[1], datetime):
+                continue
+            if latest is not None and latest[0] - probe[1] > worst:
+                worst, pair = latest[0] - probe[1], (latest[1], probe[0])
+            if latest is None or probe[1] > latest[0]:
+                latest = (probe[1], probe[0])
+        return worst, pair[0], pair[1]
 
     # -- tools --------------------------------------------------------------
 
