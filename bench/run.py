@@ -291,8 +291,8 @@ def measure_raw_read(server: MariaDB, database: str, driver: str = "pymysql", ba
 
 
 def measure_idle_poll(tmp: Path, url: str, reps: int = 30) -> dict:
-    from run_otel.cli import build_poller
     from run_otel.config import load_config
+    from run_otel.wiring import build_poller
 
     config = load_config(_config_file(tmp, url, "127.0.0.1:1", poll={"start_from": "now"}), environ={})
     poller = build_poller(config)

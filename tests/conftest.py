@@ -166,11 +166,11 @@ def table_rows(agent_db: AgentDb, sql: str) -> list[dict]:
 class DaemonProcess:
     """`run-otel run` in a subprocess, with its stderr kept in a file."""
 
-    def __init__(self, config: Path, log: Path):
+    def __init__(self, config: Path, log: Path, *args: str):
         self.log = log
         self._fh = log.open("ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "run_otel.cli", "run", "--config", str(config)], stdout=self._fh, stderr=self._fh
+            [sys.executable, "-m", "run_otel.cli", "run", "--config", str(config), *args], stdout=self._fh, stderr=self._fh
         )
 
     def kill(self) -> None:

@@ -57,11 +57,12 @@ class MariaDB:
 
     ROOT_PASSWORD = "root-secret-pw"
 
-    def __init__(self, base: Path):
+    def __init__(self, base: Path, extra_args: tuple[str, ...] = ()):
         self.base = base
         self.datadir = base / "data"
         self.socket = base / "mysqld.sock"
         self.port = free_port()
+        self.extra_args = extra_args
         self.process: subprocess.Popen | None = None
 
     def install(self) -> None:
@@ -95,6 +96,7 @@ class MariaDB:
                 "--innodb-flush-log-at-trx-commit=2",
                 "--max-connections=500",
                 f"--log-error={self.base / 'mysqld.err'}",
+                *self.extra_args,
             ],
             stdout=log,
             stderr=log,

@@ -9,8 +9,9 @@ from conftest import bridge_config, utc_now_naive
 from rich.console import Console
 from sqlalchemy import Engine, event
 
-from run_otel.cli import _print_trace, build_poller
+from run_otel.cli import _print_trace
 from run_otel.demo import generate, insert_workload
+from run_otel.wiring import build_poller
 
 
 def test_no_statement_scans_a_table(agent_db, otlp, tmp_path):

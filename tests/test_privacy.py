@@ -17,8 +17,9 @@ from servers import free_port, wait_for
 from sqlalchemy import Engine, event, insert
 
 from run_otel.check import run_checks
-from run_otel.cli import _print_trace, build_poller, start_metrics
+from run_otel.cli import _print_trace
 from run_otel.schema import diagnosis_run, tool_invocation
+from run_otel.wiring import build_poller, start_metrics
 
 CONTENT_COLUMNS = ("query", "answer", "published_result", "input_params", "output_preview", "evidence")
 

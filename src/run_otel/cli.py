@@ -6,7 +6,6 @@ import logging
 import os
 import signal
 import sys
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -21,20 +20,20 @@ from rich.table import Table
 from . import __version__
 from .backfill import Window, order_warning, plan
 from .check import FAIL, OK, WARN, run_checks
-from .checkpoint import CheckpointError, CheckpointStore, shard_name
+from .checkpoint import CheckpointError
 from .clock import SourceClock
 from .config import Config, ConfigError, load_config
+from .daemon import Daemon, summary
 from .demo import demo_config, generate, interesting_runs, seed_demo_database, summary_rows
-from .encoding import resource_attributes
 from .export import ExportError, JsonFileSink, build_sink
-from .lease import LeaseError, MySqlLease, lease_name
+from .lease import LeaseError
 from .logs import configure_logging
 from .mapping import Mapper, trace_id_for
-from .metrics import BridgeMetrics, HealthServer, build_metrics, readiness
-from .poller import Poller, PollResult, Recorder
+from .poller import PollResult, Recorder
 from .render import span_tree, trace_links
 from .rows import is_terminal
 from .source import Source, SourceError
+from .wiring import MetricsPortError, build_poller, start_metrics
 
 log = logging.getLogger("run_otel")
 
@@ -81,29 +80,8 @@ def _guarded(action: Callable[[], None]) -> None:
     """Runs a command body; known failures become one line and exit code 1."""
     try:
         action()
-    except (SourceError, ExportError, CheckpointError, LeaseError) as exc:
+    except (SourceError, ExportError, CheckpointError, LeaseError, MetricsPortError) as exc:
         _fail(str(exc))
-
-
-def build_poller(config: Config, recorder: Recorder | None = None, sink=None) -> Poller:
-    source = Source(config)
-    store = CheckpointStore(config)
-    return Poller(
-        config,
-        source,
-        sink or build_sink(config),
-        store,
-        resource_attributes(config, os.environ),
-        recorder=recorder,
-    )
-
-
-def _summary(result: PollResult) -> str:
-    return (
-        f"exported {result.run_count} runs ({result.spans} spans); "
-        f"{result.pending} pending, {result.gaps} gaps"
-        + (f"; receiver rejected {result.rejected_spans} spans" if result.rejected_spans else "")
-    )
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -134,7 +112,7 @@ def once(config_path: Path | None, shard: str | None) -> None:
     def body() -> None:
         poller = build_poller(config)
         result = poller.poll()
-        click.echo(_summary(result))
+        click.echo(summary(result))
 
     _guarded(body)
 
@@ -151,115 +129,6 @@ def run(config_path: Path | None, shard: str | None) -> None:
     """
     config = _load(config_path, shard)
     _guarded(lambda: Daemon(config).run_forever())
-
-
-def start_metrics(config: Config) -> tuple[BridgeMetrics | None, HealthServer | None]:
-    """The metrics and, for Prometheus pull, the /metrics + health server."""
-    if not config.metrics.enabled:
-        return None, None
-    metrics = build_metrics(config)
-    try:
-        server = HealthServer(
-            config.metrics.host, config.metrics.port, metrics.registry, readiness(metrics, config.poll.interval_seconds)
-        ).start()
-    except OSError as exc:
-        metrics.shutdown()
-        _fail(f"metrics.port {config.metrics.port} on {config.metrics.host}: {exc.strerror}")
-    return metrics, server
-
-
-class Daemon:
-    """The APScheduler loop around a Poller, with backoff and a clean stop."""
-
-    def __init__(self, config: Config):
-        self._config = config
-        self._stop = threading.Event()
-        self._failures = 0
-        self._retry_at = 0.0
-        self._busy = threading.Lock()  # the interval job and a settle wake-up never overlap
-        self._scheduler = None
-        self.metrics, self.server = start_metrics(config)
-        self.poller = build_poller(config, recorder=self.metrics)
-        self.lease = None
-        if config.ha.enabled:
-            name = lease_name(config.ha.lock_name, config.source_url().database, shard_name(config))
-            self.lease = MySqlLease(self.poller.source.engine, name, config.ha.takeover_seconds)
-            self.poller.keep_going = self.lease.held
-
-    def _active(self) -> bool:
-        """Whether this instance should poll now: always without HA, else while it holds the lease."""
-        if self.lease is None:
-            return True
-        holding = self.lease.held()
-        if self.metrics:
-            self.metrics.standby = not holding
-        return holding
-
-    def _tick(self) -> None:
-        if not self._busy.acquire(blocking=False):
-            return
-        try:
-            self._poll_once()
-        finally:
-            self._busy.release()
-
-    def _poll_once(self) -> None:
-        if time.monotonic() < self._retry_at or self._stop.is_set() or not self._active():
-            return
-        try:
-            result = self.poller.poll()
-        except (SourceError, ExportError, CheckpointError) as exc:
-            self._failures += 1
-            delay = min(
-                self._config.poll.retry_initial_seconds * 2 ** (self._failures - 1),
-                self._config.poll.retry_max_seconds,
-            )
-            self._retry_at = time.monotonic() + delay
-            log.error("poll failed (%s); retrying in %.0fs", exc, delay)
-            return
-        self._failures, self._retry_at = 0, 0.0
-        if result.run_count:
-            log.info(_summary(result))
-        self._wake_when_settled(result.next_settle_at)
-
-    def _wake_when_settled(self, at: float | None) -> None:
-        """A finished run waits out poll.settle_seconds, not a whole extra interval."""
-        if at is None or self._scheduler is None or at - time.time() >= self._config.poll.interval_seconds:
-            return
-        run_date = datetime.fromtimestamp(max(at, time.time()) + 0.05, timezone.utc)
-        self._scheduler.add_job(self._tick, "date", run_date=run_date, id="settle", replace_existing=True)
-
-    def stop(self, *_args) -> None:
-        self._stop.set()
-        self.poller.stop_requested.set()
-
-    def run_forever(self) -> None:
-        from apscheduler.schedulers.background import BackgroundScheduler
-
-        scheduler = self._scheduler = BackgroundScheduler(timezone="UTC")
-        scheduler.add_job(
-            self._tick,
-            "interval",
-            seconds=self._config.poll.interval_seconds,
-            max_instances=1,
-            coalesce=True,
-            misfire_grace_time=None,
-            next_run_time=_utcnow(),
-        )
-        signal.signal(signal.SIGTERM, self.stop)
-        signal.signal(signal.SIGINT, self.stop)
-        scheduler.start()
-        log.info("run-otel %s polling %s every %.0fs", __version__, self.poller.describe_source(), self._config.poll.interval_seconds)
-        self._stop.wait()
-        log.info("stopping: finishing the batch in flight")
-        scheduler.shutdown(wait=True)
-        if self.lease:
-            self.lease.release()
-        if self.server:
-            self.server.stop()
-        if self.metrics:
-            self.metrics.shutdown()
-        log.info("stopped")
 
 
 def _utcnow() -> datetime:

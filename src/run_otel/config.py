@@ -23,6 +23,11 @@ ENV_PREFIX = "RUN_OTEL_"
 CONFIG_ENV = "RUN_OTEL_CONFIG"
 
 
+# MySQL's --ssl-mode names, lower-cased.
+TLS_MODES = ("disabled", "preferred", "required", "verify_ca", "verify_identity")
+VERIFYING_TLS_MODES = ("verify_ca", "verify_identity")
+
+
 class ConfigError(ValueError):
     """A bad key or value, with the key's dotted name in the message."""
 
@@ -34,11 +39,10 @@ class SourceConfig:
     timezone: str = "UTC"
     connect_timeout_seconds: float = 10.0
     statement_timeout_seconds: float = 30.0
-    tls: bool = False
+    tls_mode: str = "preferred"
     tls_ca: str = ""
     tls_cert: str = ""
     tls_key: str = ""
-    tls_verify_hostname: bool = True
 
 
 @dataclass(frozen=True)
@@ -164,6 +168,7 @@ _CHOICES = {
     ("export", "compression"): ("none", "gzip"),
     ("trace", "tool_time_anchor"): ("start", "end"),
     ("log", "format"): ("text", "json"),
+    ("source", "tls_mode"): TLS_MODES,
     ("log", "level"): ("DEBUG", "INFO", "WARNING", "ERROR"),
 }
 _CONVENTIONS = ("gen_ai", "openinference")
@@ -392,7 +397,10 @@ def _validate_tls(source: SourceConfig) -> None:
             raise ConfigError(f"source.{key}: no such file: {path}")
     if source.tls_key and not source.tls_cert:
         raise ConfigError("source.tls_key needs source.tls_cert (the client certificate)")
-
-
-def uses_tls(source: SourceConfig) -> bool:
-    return source.tls or bool(source.tls_ca or source.tls_cert)
+    if source.tls_ca and source.tls_mode not in VERIFYING_TLS_MODES:
+        raise ConfigError(
+            f"source.tls_ca is set but source.tls_mode is {source.tls_mode!r}: "
+            "set tls_mode to verify_identity (or verify_ca) to verify the server against it"
+        )
+    if source.tls_cert and source.tls_mode in ("disabled", "preferred"):
+        raise ConfigError(f"source.tls_cert needs source.tls_mode required, verify_ca or verify_identity, not {source.tls_mode!r}")

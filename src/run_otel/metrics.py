@@ -155,8 +155,15 @@ class BridgeMetrics(Recorder):
 class HealthServer:
     """/metrics (Prometheus text), /healthz (alive) and /readyz (ready) on one port."""
 
-    def __init__(self, host: str, port: int, registry: CollectorRegistry | None, ready: Callable[[], tuple[bool, str]]):
-        handler = _handler(registry, ready)
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        registry: CollectorRegistry | None,
+        ready: Callable[[], tuple[bool, str]],
+        alive: Callable[[], tuple[bool, str]] = lambda: (True, "ok"),
+    ):
+        handler = _handler(registry, ready, alive)
         self._server = ThreadingHTTPServer((host, port), handler)
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
@@ -171,14 +178,15 @@ class HealthServer:
         self._server.server_close()
 
 
-def _handler(registry: CollectorRegistry | None, ready: Callable[[], tuple[bool, str]]):
+def _handler(registry: CollectorRegistry | None, ready: Callable[[], tuple[bool, str]], alive: Callable[[], tuple[bool, str]]):
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802 - http.server's name
             path = self.path.split("?", 1)[0]
             if path == "/metrics" and registry is not None:
                 self._reply(200, generate_latest(registry), CONTENT_TYPE_LATEST)
             elif path == "/healthz":
-                self._reply(200, b"ok\n")
+                is_alive, why = alive()
+                self._reply(200 if is_alive else 503, (why + "\n").encode())
             elif path == "/readyz":
                 is_ready, why = ready()
                 self._reply(200 if is_ready else 503, (why + "\n").encode())

@@ -87,27 +87,31 @@ class Poller:
         source: Source,
         sink: Sink,
         store: CheckpointStore,
-        resource: dict[str, str],
+        mapper: Mapper,
+        encoder: FastEncoder,
+        source_clock: SourceClock,
         recorder: Recorder | None = None,
         clock: Callable[[], float] = time.time,
+        keep_going: Callable[[], bool] = lambda: True,
     ):
-        self._config = config
         self._poll = config.poll
         self._source = source
         self._sink = sink
         self._store = store
         self._recorder = recorder or Recorder()
         self._clock = clock
-        self._source_clock = SourceClock(config.source.timezone)
-        self.mapper = Mapper(config, clock=self._source_clock)
+        self._source_clock = source_clock
+        self.mapper = mapper
+        self._encoder = encoder
         self._rules = Rules.from_config(config.poll)
         self._zone_checked = False
-        self._encoder = FastEncoder(resource)
         self._shard_index, self._shard_total = config.shard
-        self._unknown_statuses: set[str] = set()
+        self._unknown_statuses: set[str | None] = set()
         self.stop_requested = threading.Event()
         # Asked between batches of a long drain; the HA lease answers False once lost.
-        self.keep_going: Callable[[], bool] = lambda: True
+        self._keep_going = keep_going
+        # time.monotonic() of the last batch started or finished, for liveness.
+        self.progress_at = time.monotonic()
 
     # -- public -------------------------------------------------------------
 
@@ -124,9 +128,11 @@ class Poller:
         total = PollResult()
         try:
             while True:
+                self.progress_at = time.monotonic()
                 result = self._poll_batch()
+                self.progress_at = time.monotonic()
                 total.add(result)
-                if not result.full_batch or self.stop_requested.is_set() or not self.keep_going():
+                if not result.full_batch or self.stop_requested.is_set() or not self._keep_going():
                     break
         except Exception:
             self._recorder.poll_finished(self._clock() - started, ok=False, pending=total.pending)

@@ -17,7 +17,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import SQLAlchemyError
 
 from .clock import ClockSample
-from .config import Config, SourceConfig, uses_tls
+from .config import VERIFYING_TLS_MODES, Config, SourceConfig
 from .content import RUN_CONTENT_COLUMNS, TOOL_CONTENT_COLUMNS, ContentPolicy
 from .rows import RunRow, ToolRow
 from .schema import diagnosis_run, tool_invocation
@@ -64,24 +64,33 @@ def _mysql_source_args(url: URL, source: SourceConfig) -> dict:
     # backstop for a server that stops answering altogether.
     backstop = int(source.statement_timeout_seconds) + 10
     args: dict = {"read_timeout": backstop, "write_timeout": backstop}
-    if uses_tls(source):
-        args["ssl"] = _tls_context(source) if url.get_driver_name() == "pymysql" else _tls_dict(source)
+    args.update(_pymysql_tls(source) if url.get_driver_name() == "pymysql" else _mysqlclient_tls(source))
     return args
 
 
-def _tls_context(source: SourceConfig) -> ssl.SSLContext:
+def _pymysql_tls(source: SourceConfig) -> dict:
+    """PyMySQL's arguments for source.tls_mode; "preferred" is its own default."""
+    if source.tls_mode == "disabled":
+        return {"ssl_disabled": True}
+    if source.tls_mode == "preferred":
+        return {}
+    verify = source.tls_mode in VERIFYING_TLS_MODES
     context = ssl.create_default_context(cafile=source.tls_ca or None)
+    context.check_hostname = source.tls_mode == "verify_identity"
+    if not verify:
+        context.verify_mode = ssl.CERT_NONE
     if source.tls_cert:
         context.load_cert_chain(source.tls_cert, source.tls_key or None)
-    context.check_hostname = source.tls_verify_hostname
-    return context
+    return {"ssl": context}
 
 
-def _tls_dict(source: SourceConfig) -> dict:
+def _mysqlclient_tls(source: SourceConfig) -> dict:
     """mysqlclient's form of the same settings."""
-    options: dict = {"ca": source.tls_ca or None, "cert": source.tls_cert or None, "key": source.tls_key or None}
-    options["check_hostname"] = source.tls_verify_hostname
-    return {k: v for k, v in options.items() if v is not None}
+    files = {"ca": source.tls_ca, "cert": source.tls_cert, "key": source.tls_key}
+    args: dict = {"ssl_mode": source.tls_mode.upper()}
+    if any(files.values()):
+        args["ssl"] = {k: v for k, v in files.items() if v}
+    return args
 
 
 def _session_timeouts(seconds: float):

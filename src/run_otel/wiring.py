@@ -1,0 +1,69 @@
+"""Builds the parts from the one config: source, sink, state store, metrics, poller.
+
+Every command gets its parts here, so each part is built one way only.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from .checkpoint import CheckpointStore
+from .clock import SourceClock
+from .config import Config
+from .content import ContentPolicy
+from .encoding import FastEncoder, resource_attributes
+from .export import Sink, build_sink
+from .mapping import Mapper
+from .metrics import BridgeMetrics, HealthServer, build_metrics, readiness
+from .poller import Poller, Recorder
+from .source import Source
+
+Check = Callable[[], tuple[bool, str]]
+
+
+class MetricsPortError(OSError):
+    """metrics.port could not be bound."""
+
+
+def build_mapper(config: Config, clock: SourceClock | None = None) -> Mapper:
+    return Mapper(config, clock or SourceClock(config.source.timezone), ContentPolicy.build(config.content, config.trace.conventions))
+
+
+def build_poller(
+    config: Config,
+    recorder: Recorder | None = None,
+    sink: Sink | None = None,
+    keep_going: Callable[[], bool] = lambda: True,
+) -> Poller:
+    clock = SourceClock(config.source.timezone)
+    return Poller(
+        config,
+        Source(config),
+        sink or build_sink(config),
+        CheckpointStore(config),
+        mapper=build_mapper(config, clock),
+        encoder=FastEncoder(resource_attributes(config, os.environ)),
+        source_clock=clock,
+        recorder=recorder,
+        keep_going=keep_going,
+    )
+
+
+def start_metrics(config: Config, alive: Check | None = None) -> tuple[BridgeMetrics | None, HealthServer | None]:
+    """The metrics and, for Prometheus pull, the /metrics + health server."""
+    if not config.metrics.enabled:
+        return None, None
+    metrics = build_metrics(config)
+    try:
+        server = HealthServer(
+            config.metrics.host,
+            config.metrics.port,
+            metrics.registry,
+            readiness(metrics, config.poll.interval_seconds),
+            alive or (lambda: (True, "ok")),
+        ).start()
+    except OSError as exc:
+        metrics.shutdown()
+        raise MetricsPortError(f"metrics.port {config.metrics.port} on {config.metrics.host}: {exc.strerror}") from None
+    return metrics, server

@@ -1,0 +1,357 @@
+"""Production trust on real MariaDB: a wrong time zone, ids out of time order,
+lease scope, locked tables, a wedged loop, SIGTERM's bound, and TLS."""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import signal
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import requests
+from conftest import DaemonProcess, bridge_sections, received_roots, run_cli, write_config
+from servers import MariaDB, free_port, wait_for
+
+# -- helpers ---------------------------------------------------------------------------
+
+
+def add_runs(agent_db, created: list[str], status: str = "SUCCESS") -> list[str]:
+    """Runs with the given created_at SQL expressions, in this id order; returns their trace ids."""
+    traces = []
+    for expression in created:
+        run_uuid = uuid.uuid4()
+        agent_db.execute(
+            f"INSERT INTO diagnosis_run (run_id, session_id, query, status, created_at, updated_at) "
+            f"VALUES (%s, 's', 'q', %s, {expression}, {expression})",
+            f"run-{run_uuid}",
+            status,
+        )
+        traces.append(run_uuid.hex)
+    return traces
+
+
+def config_file(agent_db, tmp_path, otlp, **overrides) -> str:
+    return str(write_config(tmp_path / "c.toml", bridge_sections(agent_db, tmp_path, otlp.endpoint("grpc"), **overrides)))
+
+
+# -- 3. the time zone -----------------------------------------------------------------------
+
+
+def test_rows_written_in_shanghai_read_as_utc_are_flagged(agent_db, otlp, tmp_path):
+    # The agent writes Asia/Shanghai wall time; the config says UTC.
+    traces = add_runs(agent_db, ["UTC_TIMESTAMP() + INTERVAL 8 HOUR - INTERVAL 30 SECOND"] * 3)
+    config = config_file(agent_db, tmp_path, otlp, source={"timezone": "UTC"}, poll={"start_from": "beginning", "settle_seconds": 2})
+    done = run_cli("check", "--config", config)
+    assert done.returncode == 0, done.stdout + done.stderr
+    line = next(line for line in done.stdout.splitlines() if "source.timezone" in line)
+    assert line.startswith("!") and "in the future" in line and "Asia/Shanghai" in line and "UTC+08:00" in line
+    once = run_cli("once", "--config", config)
+    assert once.returncode == 0, once.stderr
+    assert once.stderr.count("looks wrong") == 1
+    # The finished runs wait: they have not settled yet by the configured clock, and that is what was flagged.
+    assert "exported 0 runs" in once.stdout and "3 pending" in once.stdout
+    assert not received_roots(otlp.receiver) & set(traces)
+
+
+def test_a_zone_ahead_never_times_out_a_fresh_run(agent_db, otlp, tmp_path):
+    # Rows in UTC, config Asia/Shanghai: a 20-second-old RUNNING run reads 8 hours old.
+    fresh = add_runs(agent_db, ["UTC_TIMESTAMP() - INTERVAL 20 SECOND"], status="RUNNING")
+    config = config_file(agent_db, tmp_path, otlp, source={"timezone": "Asia/Shanghai"}, poll={"start_from": "beginning"})
+    done = run_cli("check", "--config", config)
+    assert "matches the database's UTC_TIMESTAMP()" in done.stdout and "UTC+00:00" in done.stdout
+    once = run_cli("once", "--config", config)
+    assert once.returncode == 0, once.stderr
+    assert "exported 0 runs" in once.stdout and "1 pending" in once.stdout
+    assert "looks wrong" in once.stderr
+    time.sleep(1)
+    assert not received_roots(otlp.receiver) & set(fresh)
+
+
+def test_the_daemon_logs_a_wrong_zone_once(agent_db, otlp, tmp_path):
+    add_runs(agent_db, ["UTC_TIMESTAMP() + INTERVAL 8 HOUR"])
+    config = config_file(agent_db, tmp_path, otlp, source={"timezone": "UTC"})
+    daemon = DaemonProcess(Path(config), tmp_path / "daemon.log")
+    try:
+        wait_for(lambda: "looks wrong" in daemon.output(), 30, "the warning")
+        time.sleep(3)  # six more polls
+    finally:
+        assert daemon.terminate() == 0
+    assert daemon.output().count("looks wrong") == 1
+
+
+# -- 4. backfill over ids out of time order ---------------------------------------------------------
+
+
+@pytest.fixture
+def imported(agent_db):
+    """17 runs of 2026-12-03 first, then an import of older history at later ids."""
+    today = add_runs(agent_db, [f"'2026-12-03 09:{m:02d}:00'" for m in range(17)])
+    window = add_runs(agent_db, [f"'2026-12-01 0{h}:00:00'" for h in range(6)])  # inside [11-30, 12-02)
+    older = add_runs(agent_db, [f"'2026-11-2{d} 12:00:00'" for d in range(5)])
+    ids_by_time = [r[0] for r in agent_db.execute("SELECT id FROM diagnosis_run ORDER BY created_at, id")]
+    assert ids_by_time != sorted(ids_by_time)  # the precondition: ids are out of time order
+    return today, window, older
+
+
+def test_backfill_never_exports_outside_its_window_and_says_when_ids_are_out_of_order(agent_db, otlp, tmp_path, imported):
+    today, window, older = imported
+    config = config_file(agent_db, tmp_path, otlp)
+    done = run_cli("backfill", "--config", config, "--since", "2026-11-30", "--until", "2026-12-02")
+    assert done.returncode == 0, done.stderr
+    time.sleep(1)
+    received = received_roots(otlp.receiver)
+    assert received <= set(window), "a run created outside the window was exported"
+    assert "WARNING" in done.stderr and "--full-scan" in done.stderr and "--from-id/--to-id" in done.stderr
+    assert "not in created_at order" in done.stderr
+
+
+def test_backfill_since_today_is_not_silently_empty(agent_db, otlp, tmp_path, imported):
+    today, _window, _older = imported
+    config = config_file(agent_db, tmp_path, otlp)
+    probed = run_cli("backfill", "--config", config, "--since", "2026-12-03")
+    assert probed.returncode == 0, probed.stderr
+    found = received_roots(otlp.receiver)
+    assert found == set(today) or ("WARNING" in probed.stderr and "--full-scan" in probed.stderr)
+    full = run_cli("backfill", "--config", config, "--since", "2026-12-03", "--full-scan")
+    assert full.returncode == 0, full.stderr
+    assert "backfilled 17 runs" in full.stdout and "WARNING" not in full.stderr
+    wait_for(lambda: received_roots(otlp.receiver) >= set(today), 30, "the 17 runs")
+    assert received_roots(otlp.receiver) == set(today)
+
+
+def test_backfill_by_id_range_is_filtered_by_the_window_too(agent_db, otlp, tmp_path, imported):
+    _today, window, _older = imported
+    config = config_file(agent_db, tmp_path, otlp)
+    done = run_cli("backfill", "--config", config, "--from-id", "1", "--since", "2026-11-30", "--until", "2026-12-02")
+    assert done.returncode == 0, done.stderr
+    assert "backfilled 6 runs" in done.stdout
+    wait_for(lambda: received_roots(otlp.receiver) >= set(window), 30, "the window")
+    assert received_roots(otlp.receiver) == set(window)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--since", "2026-12-03", "--until", "2026-12-01"), "--until (2026-12-01 00:00:00) must be after --since"),
+        (("--since", "2026-12-03", "--until", "2026-12-03"), "must be after --since"),
+        (("--from-id", "9", "--to-id", "3"), "--to-id (3) must not be below --from-id (9)"),
+        ((), "give --since, --from-id or --full-scan"),
+    ],
+)
+def test_backfill_rejects_an_inverted_or_missing_range(tmp_path, args, message):
+    done = run_cli("backfill", "--config", str(tmp_path / "none.toml"), *args)
+    assert done.returncode == 2
+    assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+# -- 5. the lease's scope ------------------------------------------------------------------------------
+
+
+def _ha_daemon(agent_db, otlp, tmp_path: Path, name: str, shard: str | None = None) -> DaemonProcess:
+    sections = bridge_sections(
+        agent_db, tmp_path, otlp.endpoint("grpc"), state={"url": f"sqlite:///{tmp_path / (name + '-state.db')}"},
+        ha={"enabled": True, "takeover_seconds": 3},
+    )
+    path = write_config(tmp_path / f"{name}.toml", sections)
+    daemon = DaemonProcess(path, tmp_path / f"{name}.log", *(("--shard", shard) if shard else ()))
+    return daemon
+
+
+def test_instances_on_two_databases_of_one_server_are_both_active(mariadb, otlp, tmp_path):
+    from conftest import AgentDb
+
+    daemons = []
+    try:
+        for name in ("agent_ha_one", "agent_ha_two"):
+            db = AgentDb(mariadb, name, mariadb.create_database(name))
+            daemons.append(_ha_daemon(db, otlp, tmp_path, name))
+        for daemon in daemons:
+            wait_for(lambda d=daemon: "acquired" in d.output(), 30, "each instance to hold its own lease")
+        assert all("standing by" not in d.output() for d in daemons)
+    finally:
+        for daemon in daemons:
+            daemon.terminate()
+
+
+def test_two_shards_on_one_database_are_both_active(agent_db, otlp, tmp_path):
+    daemons = [_ha_daemon(agent_db, otlp, tmp_path, f"shard{i}", f"{i}/2") for i in range(2)]
+    try:
+        for daemon in daemons:
+            wait_for(lambda d=daemon: "acquired" in d.output(), 30, "each shard to hold its own lease")
+        names = {line.split("lease ")[1].split(" ")[0] for d in daemons for line in d.output().splitlines() if "acquired" in line}
+        assert len(names) == 2 and all(agent_db.name in n for n in names)
+    finally:
+        for daemon in daemons:
+            daemon.terminate()
+
+
+# -- 6. timeouts, liveness, SIGTERM ------------------------------------------------------------------
+
+
+@pytest.fixture
+def locked(agent_db):
+    """diagnosis_run held under LOCK TABLES ... WRITE by another session, until released."""
+    add_runs(agent_db, ["UTC_TIMESTAMP() - INTERVAL 1 MINUTE"])
+    conn = agent_db.server.root(agent_db.name)
+    with conn.cursor() as cur:
+        cur.execute("LOCK TABLES diagnosis_run WRITE")
+    yield conn
+    conn.close()
+
+
+def test_a_locked_table_fails_the_poll_with_a_clear_line(agent_db, otlp, tmp_path, locked):
+    config = config_file(agent_db, tmp_path, otlp, source={"statement_timeout_seconds": 2})
+    started = time.monotonic()
+    done = run_cli("once", "--config", config, timeout=60)
+    took = time.monotonic() - started
+    assert done.returncode == 1
+    assert "source.statement_timeout_seconds (2s" in done.stderr and "is a table locked?" in done.stderr
+    assert took < 20, took
+
+
+def test_a_wedged_poll_fails_liveness_and_sigterm_exits_within_its_bound(agent_db, otlp, tmp_path, locked):
+    port = free_port()
+    config = write_config(tmp_path / "c.toml", bridge_sections(
+        agent_db, tmp_path, otlp.endpoint("grpc"),
+        source={"statement_timeout_seconds": 120},
+        poll={"stuck_after_seconds": 2, "shutdown_timeout_seconds": 3},
+        metrics={"enabled": True, "port": port},
+    ))
+    daemon = DaemonProcess(config, tmp_path / "daemon.log")
+    health = f"http://127.0.0.1:{port}/healthz"
+    try:
+        wait_for(lambda: _status(health) == 200, 30, "the health endpoint")
+        wait_for(lambda: _status(health) == 503, 15, "liveness to fail")
+        assert "wedged" in requests.get(health, timeout=2).text
+        # The poll really is stuck in the database, not finished.
+        processes = [r for r in agent_db.execute("SHOW PROCESSLIST") if r[7] and "diagnosis_run" in str(r[7])]
+        assert processes, "no statement waiting on the lock"
+        stopped = time.monotonic()
+        daemon.process.send_signal(signal.SIGTERM)
+        code = daemon.process.wait(15)
+        took = time.monotonic() - stopped
+    finally:
+        if daemon.alive():
+            daemon.kill()
+    assert code == 1 and 2.5 < took < 8, (code, took)
+    assert "did not finish within poll.shutdown_timeout_seconds" in daemon.output()
+
+
+def _status(url: str) -> int:
+    try:
+        return requests.get(url, timeout=2).status_code
+    except requests.RequestException:
+        return 0
+
+
+# -- 7. TLS ------------------------------------------------------------------------------------------------
+
+
+def _write_pki(folder: Path) -> dict[str, Path]:
+    """A CA, and a server certificate for 127.0.0.1 signed by it."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from cryptography.x509.oid import NameOID
+
+    def key():
+        return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+    now = dt.datetime.now(dt.timezone.utc)
+    ca_key, server_key = key(), key()
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "run-otel test CA")])
+    ca = (
+        x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(days=1))
+        .not_valid_after(now + dt.timedelta(days=2)).add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    server = (
+        x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
+        .issuer_name(ca_name).public_key(server_key.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(days=1)).not_valid_after(now + dt.timedelta(days=2))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    paths = {name: folder / f"{name}.pem" for name in ("ca", "server-cert", "server-key")}
+    paths["ca"].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    paths["server-cert"].write_bytes(server.public_bytes(serialization.Encoding.PEM))
+    paths["server-key"].write_bytes(server_key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
+    ))
+    return paths
+
+
+@pytest.fixture
+def tls_mariadb(tmp_path):
+    pki = _write_pki(tmp_path)
+    server = MariaDB(tmp_path / "tls-mariadb", extra_args=(
+        f"--ssl-ca={pki['ca']}", f"--ssl-cert={pki['server-cert']}", f"--ssl-key={pki['server-key']}",
+        "--require-secure-transport=ON",
+    ))
+    server.install()
+    server.start()
+    yield server, pki
+    server.stop()
+
+
+def test_tls_to_a_server_that_requires_it(tls_mariadb, otlp, tmp_path):
+    from conftest import AgentDb
+
+    server, pki = tls_mariadb
+    db = AgentDb(server, "agent_tls", server.create_database("agent_tls"))
+    traces = add_runs(db, ["UTC_TIMESTAMP() - INTERVAL 1 MINUTE"] * 2)
+    # The precondition: a plain connection is refused.
+    plain = run_cli("once", "--config", config_file(db, tmp_path, otlp, source={"tls_mode": "disabled"}))
+    # MariaDB answers a plain connection with "Access denied" under require_secure_transport.
+    assert plain.returncode == 1 and ("insecure transport" in plain.stderr or "Access denied" in plain.stderr), plain.stderr
+    secured = config_file(db, tmp_path, otlp, source={"tls_mode": "verify_identity", "tls_ca": str(pki["ca"])})
+    done = run_cli("once", "--config", secured)
+    assert done.returncode == 0, done.stderr
+    wait_for(lambda: received_roots(otlp.receiver) >= set(traces), 30, "the runs over TLS")
+    check = run_cli("check", "--config", secured)
+    assert check.returncode == 0, check.stdout
+
+
+def test_tls_verification_rejects_a_foreign_ca(tls_mariadb, otlp, tmp_path):
+    from conftest import AgentDb
+
+    server, _pki = tls_mariadb
+    db = AgentDb(server, "agent_tls2", server.create_database("agent_tls2"))
+    (tmp_path / "other").mkdir()
+    other = _write_pki(tmp_path / "other")
+    done = run_cli("once", "--config", config_file(db, tmp_path, otlp, source={"tls_mode": "verify_ca", "tls_ca": str(other["ca"])}))
+    assert done.returncode == 1
+    assert "certificate verify failed" in done.stderr.lower(), done.stderr
+
+
+def test_a_missing_tls_file_is_a_config_error(tmp_path):
+    config = write_config(tmp_path / "c.toml", {"source": {
+        "url": "mysql+pymysql://r@127.0.0.1/a", "tls_mode": "verify_ca", "tls_ca": "/nonexistent/ca.pem",
+    }})
+    done = run_cli("once", "--config", str(config))
+    assert done.returncode == 2
+    assert "source.tls_ca: no such file: /nonexistent/ca.pem" in done.stderr
+
+
+def test_a_ca_without_a_verifying_mode_is_a_config_error(tmp_path):
+    (tmp_path / "ca.pem").write_text("x")
+    config = write_config(tmp_path / "c.toml", {"source": {"url": "mysql+pymysql://r@127.0.0.1/a", "tls_ca": str(tmp_path / "ca.pem")}})
+    done = run_cli("once", "--config", str(config))
+    assert done.returncode == 2
+    assert "set tls_mode to verify_identity" in done.stderr
+
+
+def test_caching_sha2_password_has_its_rsa_support():
+    """MySQL 8's default authentication encrypts the password with the server's RSA key
+    when there is no TLS; PyMySQL needs cryptography for that."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from pymysql import _auth
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    public = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    assert len(_auth.sha2_rsa_encrypt(b"hunter2", b"x" * 20, public)) == 256
