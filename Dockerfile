@@ -18,11 +18,13 @@ RUN pip install --no-cache-dir --no-index --find-links /wheels run-otel \
     && rm -rf /wheels
 USER 10001:10001
 WORKDIR /var/lib/run-otel
-# Config from a mounted file, overridable with RUN_OTEL_<SECTION>__<KEY>.
-# The checkpoint defaults to /var/lib/run-otel (mount a volume there).
+# Config from a mounted file. No RUN_OTEL_<SECTION>__<KEY> defaults here: an
+# ENV would silently beat the same key in the mounted file. Set in the file
+#   [metrics] host = "0.0.0.0"    so Prometheus can scrape the container
+#   [state]   url  = "..."        the default sqlite:///run-otel-state.db lands in
+#                                 the working directory, /var/lib/run-otel (a volume)
+# run-otel logs a warning for each RUN_OTEL_* variable that overrides a key of the file.
 ENV RUN_OTEL_CONFIG=/etc/run-otel/run-otel.toml \
-    RUN_OTEL_METRICS__HOST=0.0.0.0 \
-    RUN_OTEL_STATE__URL=sqlite:////var/lib/run-otel/state.db \
     PYTHONUNBUFFERED=1
 EXPOSE 9464
 HEALTHCHECK --interval=15s --timeout=3s --start-period=30s --retries=3 \

@@ -15,6 +15,7 @@ RULES = ROOT / "config" / "prometheus" / "alerts.yml"
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 
 RUNS = 'diagnosis_runs_total{{status="{status}",intent="DIAGNOSIS",release_outcome="{status}"}}'
+LABELS = '{}{{job="run-otel",instance="{}"}}'
 TOOLS = 'diagnosis_tool_invocations_total{{tool_name="{tool}",retrieval_layer="L0",relevance_level="PRECISE",success="{ok}"}}'
 
 
@@ -51,8 +52,24 @@ SCENARIOS = [
     ("DiagnosisToolErrorRateHigh", "low traffic", tools("query_logs", "0+0.5x60", "0+0.5x60"), "40m", []),
     ("DiagnosisToolErrorRateHigh", "short spike", tools("query_logs", "0+10x60", "0x20 30 60 60x37"), "30m", []),
     # time() starts at 0 in promtool: a gauge that tracks it is a healthy bridge.
-    ("RunOtelExportStalled", "sustained breach", [{"series": "run_otel_last_success_timestamp_seconds", "values": "0+60x10 600x50"}], "25m",
-     [({"severity": "page"}, "run-otel has not completed a poll for 15m 0s")]),
+    ("RunOtelExportStalled", "sustained breach", [{"series": LABELS.format("run_otel_last_success_timestamp_seconds", "a:9464"), "values": "0+60x10 600x50"}], "25m",
+     [({"severity": "page", "job": "run-otel", "instance": "a:9464"}, "run-otel a:9464 has not completed a poll for 15m 0s")]),
+    # Up since 0 with a wrong password: never a success, so no last_success series at all.
+    ("RunOtelExportStalled", "never succeeded", [
+        {"series": LABELS.format("run_otel_start_timestamp_seconds", "a:9464"), "values": "0x40"},
+        {"series": LABELS.format("run_otel_standby", "a:9464"), "values": "0x40"},
+    ], "15m", [({"severity": "page", "job": "run-otel", "instance": "a:9464"}, "run-otel a:9464 has not completed a poll for 15m 0s")]),
+    # Three shards; shard b stops succeeding at 10m. Only b fires.
+    ("RunOtelExportStalled", "one stalled shard of three", [
+        {"series": LABELS.format("run_otel_last_success_timestamp_seconds", "a:9464"), "values": "0+60x40"},
+        {"series": LABELS.format("run_otel_last_success_timestamp_seconds", "b:9464"), "values": "0+60x10 600x30"},
+        {"series": LABELS.format("run_otel_last_success_timestamp_seconds", "c:9464"), "values": "0+60x40"},
+    ], "25m", [({"severity": "page", "job": "run-otel", "instance": "b:9464"}, "run-otel b:9464 has not completed a poll for 15m 0s")]),
+    # An HA standby never polls: silent.
+    ("RunOtelExportStalled", "standby", [
+        {"series": LABELS.format("run_otel_start_timestamp_seconds", "s:9464"), "values": "0x40"},
+        {"series": LABELS.format("run_otel_standby", "s:9464"), "values": "1x40"},
+    ], "25m", []),
     ("RunOtelExportStalled", "healthy", [{"series": "run_otel_last_success_timestamp_seconds", "values": "0+60x60"}], "40m", []),
     ("RunOtelExportStalled", "short spike", [{"series": "run_otel_last_success_timestamp_seconds", "values": "0+60x10 600x7 1080+60x40"}], "25m", []),
     ("RunOtelDown", "sustained breach", [{"series": 'up{job="run-otel"}', "values": "1x10 0x30"}], "25m",

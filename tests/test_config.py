@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from run_otel.config import SECTIONS, Config, ConfigError, build_config, load_config
+from run_otel.config import SECTIONS, Config, ConfigError, build_config, load_config, overridden_file_keys
 
 DOCUMENTED = Path(__file__).parent.parent / "config" / "run-otel.toml"
 
@@ -110,3 +110,18 @@ def test_bad_url_error_does_not_echo_it():
     with pytest.raises(ConfigError) as info:
         build_config({"source": {"url": "not a url hunter2"}})
     assert "hunter2" not in str(info.value)
+
+
+def test_an_unknown_key_from_the_environment_names_the_variable():
+    with pytest.raises(ConfigError, match="RUN_OTEL_POLL__INTERVALL_SECONDS: unknown config key poll.intervall_seconds"):
+        load_config(None, {"RUN_OTEL_POLL__INTERVALL_SECONDS": "10"})
+    with pytest.raises(ConfigError, match="RUN_OTEL_POLLING__X: unknown config section"):
+        load_config(None, {"RUN_OTEL_POLLING__X": "1"})
+
+
+def test_an_environment_override_of_a_file_key_is_said(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text('[state]\nurl = "mysql+pymysql://u@db/state"\n[poll]\nbatch_size = 10\n')
+    env = {"RUN_OTEL_STATE__URL": "sqlite:////var/lib/run-otel/state.db", "RUN_OTEL_LOG__LEVEL": "DEBUG"}
+    assert load_config(path, env).state.url == "sqlite:////var/lib/run-otel/state.db"
+    assert overridden_file_keys(path, env) == [f"RUN_OTEL_STATE__URL overrides state.url set in {path}"]

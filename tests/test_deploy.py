@@ -120,6 +120,12 @@ def test_the_dockerfile_is_multi_stage_non_root_and_checks_readyz():
     assert (ROOT / ".dockerignore").exists()
 
 
+def test_the_image_sets_no_config_key_that_would_beat_the_mounted_file():
+    text = (ROOT / "Dockerfile").read_text()
+    set_by_env = re.findall(r"\b(RUN_OTEL_[A-Z_]+)=", text)
+    assert set_by_env == ["RUN_OTEL_CONFIG"], set_by_env
+
+
 # -- Kubernetes -----------------------------------------------------------------------
 
 

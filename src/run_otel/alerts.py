@@ -63,11 +63,21 @@ def _run_ratio_rule(alert: str, status: str, threshold: float, what: str) -> dic
     }
 
 
+def since_last_success() -> str:
+    """Seconds since each instance's last successful poll, or since its start when it never had one."""
+    last, started = I.LAST_SUCCESS.prometheus, I.START_TIME.prometheus
+    return f"time() - ({last} or on (job, instance) {started})"
+
+
+def stalled_expression() -> str:
+    """Per instance (and so per shard); an HA standby, which does not poll, is left out."""
+    return f"({since_last_success()}) > {THRESHOLDS['stall_seconds']}\nunless on (job, instance) ({I.STANDBY.prometheus} == 1)"
+
+
 def rules() -> dict:
     tools = I.TOOL_INVOCATIONS.prometheus
     tool_ratio = _ratio('success="false"', "tool_name").format(name=tools)
     tool_traffic = _traffic("tool_name").format(name=tools)
-    last_success = I.LAST_SUCCESS.prometheus
     return {
         "groups": [
             {
@@ -111,15 +121,16 @@ def rules() -> dict:
                 "rules": [
                     {
                         "alert": "RunOtelExportStalled",
-                        "expr": f"time() - max({last_success}) > {THRESHOLDS['stall_seconds']}",
+                        "expr": stalled_expression(),
                         "for": "5m",
                         "labels": {"severity": "page"},
                         "annotations": {
-                            "summary": "run-otel has not completed a poll for {{ $value | humanizeDuration }}",
+                            "summary": "run-otel {{ $labels.instance }} has not completed a poll for {{ $value | humanizeDuration }}",
                             "description": (
-                                "Traces are not reaching Jaeger/Tempo. Check run_otel_export_failures_total, "
-                                "`run-otel check`, and the bridge's log for the database or OTLP error. "
-                                "Nothing is lost: the checkpoint resumes when the cause is fixed."
+                                "Traces from this instance (or shard) are not reaching Jaeger/Tempo; if it never "
+                                "succeeded since it started, suspect the first deploy: a password, a grant, the endpoint. "
+                                "Check run_otel_export_failures_total, `run-otel check`, and the bridge's log for the "
+                                "database or OTLP error. Nothing is lost: the checkpoint resumes when the cause is fixed."
                             ),
                         },
                     },

@@ -22,7 +22,7 @@ from .backfill import Window, order_warning, plan
 from .check import FAIL, OK, WARN, run_checks
 from .checkpoint import CheckpointError
 from .clock import SourceClock
-from .config import Config, ConfigError, load_config
+from .config import Config, ConfigError, load_config, overridden_file_keys
 from .daemon import Daemon, summary
 from .demo import demo_config, generate, interesting_runs, seed_demo_database, summary_rows
 from .export import ExportError, JsonFileSink, build_sink
@@ -66,6 +66,8 @@ def _load(config_path: Path | None, shard: str | None = None) -> Config:
     except OSError as exc:
         _fail(f"config: source.password_file: {exc.strerror}: {exc.filename}", EXIT_USAGE)
     configure_logging(config)
+    for line in overridden_file_keys(config_path):
+        log.warning(line)
     return config
 
 

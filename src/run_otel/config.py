@@ -202,8 +202,26 @@ def load_config(path: str | os.PathLike | None = None, environ: Mapping[str, str
     path = path or env.get(CONFIG_ENV) or None
     raw: dict[str, Any] = _read_toml(Path(path)) if path else {}
     _merge(raw, _otel_environment(env))
+    variables = _run_otel_variables(env)
+    for (section, key), name in variables.items():
+        _check_known(section, key, name)
     _merge(raw, _run_otel_environment(env))
     return build_config(raw)
+
+
+def overridden_file_keys(path: str | os.PathLike | None, environ: Mapping[str, str] | None = None) -> list[str]:
+    """Lines naming each key the file sets and a RUN_OTEL_* variable overrides, so
+    that precedence is visible (an image's ENV silently beating a mounted file)."""
+    env = os.environ if environ is None else environ
+    path = path or env.get(CONFIG_ENV) or None
+    if not path:
+        return []
+    raw = _read_toml(Path(path))
+    return [
+        f"{name} overrides {section}.{key} set in {path}"
+        for (section, key), name in _run_otel_variables(env).items()
+        if isinstance(raw.get(section), Mapping) and key in raw[section]
+    ]
 
 
 def build_config(raw: Mapping[str, Any]) -> Config:
@@ -237,13 +255,29 @@ def _merge(into: dict[str, Any], overrides: Mapping[str, Mapping[str, Any]]) -> 
             into[section].update(values)
 
 
-def _run_otel_environment(env: Mapping[str, str]) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    for name, text in env.items():
+def _run_otel_variables(env: Mapping[str, str]) -> dict[tuple[str, str], str]:
+    """(section, key) -> the RUN_OTEL_<SECTION>__<KEY> variable that sets it."""
+    found = {}
+    for name in env:
         if not name.startswith(ENV_PREFIX) or "__" not in name or name == CONFIG_ENV:
             continue
         section, _, key = name[len(ENV_PREFIX) :].partition("__")
-        out.setdefault(section.lower(), {})[key.lower()] = _env_value(text)
+        found[(section.lower(), key.lower())] = name
+    return found
+
+
+def _check_known(section: str, key: str, variable: str) -> None:
+    if section not in SECTIONS:
+        raise ConfigError(f"{variable}: unknown config section [{section}] (known: {', '.join(SECTIONS)})")
+    hints = get_type_hints(SECTIONS[section])
+    if key not in hints:
+        raise ConfigError(f"{variable}: unknown config key {section}.{key} (known in [{section}]: {', '.join(hints)})")
+
+
+def _run_otel_environment(env: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for (section, key), name in _run_otel_variables(env).items():
+        out.setdefault(section, {})[key] = _env_value(env[name])
     return out
 
 

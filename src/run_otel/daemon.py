@@ -76,7 +76,7 @@ class Daemon:
             return True
         holding = self.lease.held()
         if self.metrics:
-            self.metrics.standby = not holding
+            self.metrics.set_standby(not holding)
         return holding
 
     # -- one tick -------------------------------------------------------------------

@@ -21,6 +21,7 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models.dashboard import DashboardLinkType, DataSourceRef, VariableRefresh
 
 from . import instruments as I
+from .alerts import since_last_success
 
 PROMETHEUS = DataSourceRef(type_val="prometheus", uid="${datasource}")
 SERVICE = "diagnosis-agent"
@@ -228,7 +229,17 @@ def health_dashboard() -> Dashboard:
         .with_panel(_stat("Up", "short", _query(f'sum(up{{job="{I.JOB}"}})')))
         .with_panel(_stat("Since last successful poll", "s", _query(f"time() - max({I.LAST_SUCCESS.prometheus})")))
         .with_panel(_stat("Pending runs", "short", _query(f"max({I.PENDING_RUNS.prometheus})")))
+        .with_panel(_stat("HA standbys", "short", _query(f"sum({I.STANDBY.prometheus})")))
         .with_panel(_stat("Export failures (1h)", "short", _query(f"sum(increase({I.EXPORT_FAILURES.prometheus}[1h]))")))
+        .with_panel(
+            _timeseries(
+                "Since last successful poll, per instance",
+                "s",
+                _query(since_last_success(), "{{instance}}"),
+                description="One line per instance or shard, counted from its start when it never succeeded; "
+                "the alert RunOtelExportStalled fires per line.",
+            )
+        )
         .with_panel(
             _timeseries(
                 "Spans exported and rejected",

@@ -60,6 +60,8 @@ POLL_DURATION = Instrument("run_otel.poll.duration", HISTOGRAM, "s", "Time per p
 EXPORT_DELAY = Instrument("run_otel.export.delay", HISTOGRAM, "s", "From a run being settled to its acknowledgement.")
 PENDING_RUNS = Instrument("run_otel.pending.runs", GAUGE, "{run}", "Runs waiting to finish or settle.")
 LAST_SUCCESS = Instrument("run_otel.last_success.timestamp", GAUGE, "s", "Unix time of the last successful poll.")
+START_TIME = Instrument("run_otel.start.timestamp", GAUGE, "s", "Unix time this instance started.")
+STANDBY = Instrument("run_otel.standby", GAUGE, "1", "1 while an HA standby waits for the lease, else 0.")
 
 RUN_INSTRUMENTS = (RUNS, RUN_DURATION, RUN_TOKENS, TOOL_INVOCATIONS, TOOL_DURATION, RAG_MATCHES, DEDUP, ZERO_MATCH)
 HEALTH_INSTRUMENTS = (
@@ -71,6 +73,8 @@ HEALTH_INSTRUMENTS = (
     EXPORT_DELAY,
     PENDING_RUNS,
     LAST_SUCCESS,
+    START_TIME,
+    STANDBY,
 )
 ALL = RUN_INSTRUMENTS + HEALTH_INSTRUMENTS
 

@@ -73,6 +73,8 @@ class BridgeMetrics(Recorder):
         self.last_success = 0.0
         # An HA standby does not poll; it is ready while it can reach the lease.
         self.standby = False
+        self._get(I.START_TIME).set(time.time())
+        self._get(I.STANDBY).set(0)
         self._zero_run_counters()
 
     def _zero_run_counters(self) -> None:
@@ -144,6 +146,10 @@ class BridgeMetrics(Recorder):
                 self.last_success = time.time()
                 self._get(I.LAST_SUCCESS).set(self.last_success)
                 self._get(I.PENDING_RUNS).set(pending)
+
+    def set_standby(self, standby: bool) -> None:
+        self.standby = standby
+        self._get(I.STANDBY).set(1 if standby else 0)
 
     def row_warnings(self, count: int) -> None:
         self._get(I.ROW_WARNINGS).add(count)
