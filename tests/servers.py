@@ -171,14 +171,29 @@ class Receiver:
     port: int = field(default_factory=free_port)
     reject_every: int = 0  # answer partial_success for this many spans of each request
     requests: list = field(default_factory=list)
+    # With hold_after set, the request after that many is not answered until release():
+    # a sender is then provably stuck mid-backlog.
+    hold_after: int = 0
 
     def __post_init__(self):
         self._lock = threading.Lock()
         self._server = None
+        self.holding = threading.Event()
+        self._released = threading.Event()
+
+    def release(self) -> None:
+        self.hold_after = 0
+        self._released.set()
 
     def accept(self, request):
         with self._lock:
             self.requests.append(request.SerializeToString())
+            held = bool(self.hold_after) and len(self.requests) > self.hold_after
+        if held:
+            # Kept, but not answered until release(): the ack of a delivered request is lost
+            # when its sender dies waiting, which is what makes at-least-once send twice.
+            self.holding.set()
+            self._released.wait(120)
         response = trace_service_pb2.ExportTraceServiceResponse()
         if self.reject_every:
             response.partial_success.rejected_spans = self.reject_every

@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 
 import pytest
 from conftest import bridge_sections, run_cli, table_rows, utc_now_naive, write_config
-from servers import wait_for
+from servers import Receiver, wait_for
 from sqlalchemy import insert
 
 from run_otel.demo import generate, insert_workload
@@ -206,31 +206,41 @@ def test_receiver_down_moves_nothing_and_recovers(agent_db, otlp, tmp_path, prot
     assert checkpoint_row(tmp_path)[0][0] == table_rows(agent_db, "SELECT MAX(id) AS m FROM diagnosis_run")[0]["m"]
 
 
-def test_kill_9_mid_batch_then_restart_delivers_everything_identically(agent_db, otlp, tmp_path):
+def test_kill_9_mid_batch_then_restart_delivers_everything_identically(agent_db, tmp_path):
     seed(agent_db, 1500, waiting=0)
-    config = str(
-        config_file(tmp_path, agent_db, otlp, "grpc", poll={"batch_size": 25, "interval_seconds": 0.2})
-    )
+    # Straight to the test's receiver, which keeps the 11th request but holds its answer:
+    # the daemon is then provably stuck mid-backlog, with a batch delivered but not acknowledged.
+    receiver = Receiver(hold_after=10)
+    receiver.start()
+    sections = bridge_sections(agent_db, tmp_path, receiver.endpoint, poll={"batch_size": 25, "interval_seconds": 0.2})
+    config = str(write_config(tmp_path / "run-otel.toml", sections))
     env = {**os.environ}
     command = [sys.executable, "-m", "run_otel.cli", "run", "--config", config]
     first = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for(lambda: len(otlp.receiver.spans()) > 500, 60, "the daemon to be mid-backlog")
-    first.send_signal(signal.SIGKILL)
-    first.wait()
+    try:
+        assert receiver.holding.wait(60), "the daemon never reached the held request"
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    finally:
+        receiver.release()
     expected = expected_traces(agent_db)
-    assert len(received_by_trace(otlp.receiver)) < len(expected)
+    assert len(receiver.requests) == 11
+    saved = checkpoint_row(tmp_path)[0][0]
+    assert 0 < saved < max(run["id"] for run, _tools in expected.values())  # killed mid-backlog, by construction
     second = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        wait_for(lambda: set(received_by_trace(otlp.receiver)) >= set(expected), 120, "every run after restart")
+        wait_for(lambda: set(received_by_trace(receiver)) >= set(expected), 120, "every run after restart")
     finally:
         second.send_signal(signal.SIGTERM)
         _out, err = second.communicate(timeout=60)
+        receiver.stop()
     assert second.returncode == 0, err
-    copies = defaultdict(set)
-    for resource, _scope, span in otlp.receiver.spans():
-        copies[(span.trace_id, span.span_id)].add(span.SerializeToString() + resource.SerializeToString())
-    assert all(len(versions) == 1 for versions in copies.values())
-    received = received_by_trace(otlp.receiver)
+    copies = defaultdict(list)
+    for resource, _scope, span in receiver.spans():
+        copies[(span.trace_id, span.span_id)].append(span.SerializeToString() + resource.SerializeToString())
+    assert any(len(versions) > 1 for versions in copies.values()), "no duplicate was sent: the test proves nothing about them"
+    assert all(len(set(versions)) == 1 for versions in copies.values())
+    received = received_by_trace(receiver)
     for trace_id, (run, tools) in expected.items():
         assert_trace_matches(run, tools, received[trace_id])
 

@@ -93,11 +93,17 @@ def test_kill_9_twenty_times_loses_nothing(agent_db, otlp, tmp_path):
     seed(agent_db, 6000, 6)
     path = config(tmp_path, agent_db, otlp.endpoint("grpc"), poll={"batch_size": 5, "interval_seconds": 0.2})
     rng = random.Random(20)
+    terminal = terminal_trace_ids(agent_db)
     for _ in range(20):
+        before = len(otlp.receiver.requests)
         daemon = DaemonProcess(path, tmp_path / "daemon.log")
-        time.sleep(rng.uniform(0.6, 1.8))  # past start-up, at a random point of the drain
+        # Killed only once it has delivered something, at a random point a little later:
+        # every kill lands inside the drain, however fast or slow the machine is.
+        wait_for(lambda b=before: len(otlp.receiver.requests) > b, 60, "this daemon to deliver")
+        time.sleep(rng.uniform(0, 0.3))
         daemon.kill()
-    assert received_roots(otlp.receiver) < terminal_trace_ids(agent_db)  # really killed mid-backlog
+        assert received_roots(otlp.receiver) < terminal  # really killed mid-backlog
+    assert len(received_roots(otlp.receiver)) < len(terminal) // 2
     last = DaemonProcess(path, tmp_path / "daemon.log")
     try:
         wait_for(lambda: received_roots(otlp.receiver) >= terminal_trace_ids(agent_db), 120, "everything")
@@ -135,3 +141,38 @@ def test_a_deleted_state_store_says_where_it_restarts(agent_db, otlp, tmp_path):
     assert done.returncode == 0
     top = table_rows(agent_db, "SELECT MAX(id) AS m FROM diagnosis_run")[0]["m"]
     assert f"WARNING run_otel.poller: no checkpoint for default in sqlite:///{tmp_path / 'state.db'}: starting after run id {top}" in done.stderr
+
+
+def test_retries_happen_when_the_log_says_and_recovery_is_said(agent_db, tmp_path):
+    """Backoff of 1, 2, 4 s (with jitter) under a 10 s poll interval: each retry comes
+    at the announced time, not at the next interval tick."""
+    import json
+    from datetime import datetime
+
+    from servers import free_port
+
+    seed(agent_db, 20, 11)
+    receiver = Receiver(port=free_port())  # not started yet: the endpoint refuses
+    path = config(
+        tmp_path, agent_db, f"127.0.0.1:{receiver.port}",
+        poll={"interval_seconds": 10, "retry_initial_seconds": 1, "retry_max_seconds": 60},
+        export={"max_attempts": 1, "timeout_seconds": 2}, log={"format": "json"},
+    )
+    daemon = DaemonProcess(path, tmp_path / "daemon.log")
+    try:
+        wait_for(lambda: daemon.output().count("poll failed") >= 4, 60, "four failed polls")
+        receiver.start()
+        wait_for(lambda: "recovered" in daemon.output(), 60, "the recovery line")
+    finally:
+        assert daemon.terminate() == 0
+        receiver.stop()
+    records = [json.loads(line) for line in daemon.output().splitlines()]
+    failures = [r for r in records if r["message"].startswith("poll failed")]
+    stamps = [datetime.fromisoformat(r["time"].replace("Z", "+00:00")).timestamp() for r in failures]
+    announced = [float(r["message"].rsplit("retrying in ", 1)[1].rstrip("s")) for r in failures]
+    for number, (gap, said) in enumerate(zip((b - a for a, b in zip(stamps, stamps[1:])), announced)):
+        assert 0.8 * 2**number - 0.01 <= said <= 1.2 * 2**number + 0.01, (number, said)
+        assert abs(gap - said) < 0.6, (number, gap, said)  # at the announced time, not at the next 10 s tick
+    recovered = next(r["message"] for r in records if "recovered" in r["message"])
+    assert f"after {len(failures)} failed poll(s)" in recovered
+    assert f"exported {len(terminal_trace_ids(agent_db))} runs" in recovered
