@@ -245,21 +245,32 @@ def test_kill_9_mid_batch_then_restart_delivers_everything_identically(agent_db,
         assert_trace_matches(run, tools, received[trace_id])
 
 
-def test_sigterm_finishes_the_batch_and_saves_the_checkpoint(agent_db, otlp, tmp_path):
+def test_sigterm_finishes_the_batch_and_saves_the_checkpoint(agent_db, tmp_path):
     seed(agent_db, 300, waiting=0)
-    config = str(config_file(tmp_path, agent_db, otlp, "grpc", poll={"batch_size": 10}))
+    # The receiver holds the answer to the 4th request: SIGTERM then lands, by construction,
+    # while a batch is in flight and the backlog is not drained.
+    receiver = Receiver(hold_after=3)
+    receiver.start()
+    sections = bridge_sections(agent_db, tmp_path, receiver.endpoint, poll={"batch_size": 10})
+    config = str(write_config(tmp_path / "run-otel.toml", sections))
     daemon = subprocess.Popen([sys.executable, "-m", "run_otel.cli", "run", "--config", config], stderr=subprocess.PIPE, text=True)
-    wait_for(lambda: checkpoint_row(tmp_path) if (tmp_path / "state.db").exists() else None, 60, "a first checkpoint")
-    daemon.send_signal(signal.SIGTERM)
-    _out, err = daemon.communicate(timeout=60)
+    try:
+        assert receiver.holding.wait(60), "the daemon never reached the held request"
+        daemon.send_signal(signal.SIGTERM)
+        time.sleep(1)
+        receiver.release()  # the batch in flight is acknowledged after the signal
+        _out, err = daemon.communicate(timeout=60)
+    finally:
+        receiver.stop()
     assert daemon.returncode == 0, err
     assert "stopped" in err
     saved = checkpoint_row(tmp_path)[0][0]
     time.sleep(1)
     ids = [r["id"] for r in table_rows(agent_db, "SELECT id FROM diagnosis_run ORDER BY id")]
     assert saved in ids and saved < ids[-1]  # it stopped mid-backlog
-    arrived = {attrs_of(s)["diagnosis.run.id"] for _r, _s, s in otlp.receiver.spans() if not s.parent_span_id}
+    arrived = {attrs_of(s)["diagnosis.run.id"] for _r, _s, s in receiver.spans() if not s.parent_span_id}
     exported_ids = {r["run_id"] for r in table_rows(agent_db, f"SELECT run_id FROM diagnosis_run WHERE id <= {saved}")}
+    assert len(exported_ids) == 40  # the four acknowledged batches, the one in flight included
     assert exported_ids <= arrived  # everything below the checkpoint was acknowledged
 
 

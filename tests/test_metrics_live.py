@@ -22,11 +22,10 @@ from sqlalchemy.engine import make_url
 from run_otel.checkpoint import CheckpointStore
 from run_otel.config import build_config
 from run_otel.demo import generate, insert_workload
-from run_otel.encoding import resource_attributes
 from run_otel.export import JsonFileSink
 from run_otel.metrics import BridgeMetrics
-from run_otel.poller import Poller
-from run_otel.source import Source, make_engine
+from run_otel.source import make_engine
+from run_otel.wiring import build_poller
 
 ROOT = Path(__file__).resolve().parent.parent
 DASHBOARDS = sorted((ROOT / "dashboards").glob("*.json"))
@@ -178,7 +177,7 @@ def test_a_replay_after_a_crash_counts_each_run_once(tmp_path):
         registry = CollectorRegistry()
         metrics = BridgeMetrics(config, [PrometheusMetricReader(registry=registry)], registry)
         sink = JsonFileSink(tmp_path / "out.jsonl")
-        poller = Poller(config, Source(config), sink, store_class(config), resource_attributes(config, {}), recorder=metrics)
+        poller = build_poller(config, recorder=metrics, sink=sink, store=store_class(config))
         try:
             poller.poll()
         except KeyboardInterrupt:

@@ -35,13 +35,14 @@ def build_poller(
     recorder: Recorder | None = None,
     sink: Sink | None = None,
     keep_going: Callable[[], bool] = lambda: True,
+    store: CheckpointStore | None = None,
 ) -> Poller:
     clock = SourceClock(config.source.timezone)
     return Poller(
         config,
         Source(config),
         sink or build_sink(config),
-        CheckpointStore(config),
+        store or CheckpointStore(config),
         mapper=build_mapper(config, clock),
         encoder=FastEncoder(resource_attributes(config, os.environ)),
         source_clock=clock,
