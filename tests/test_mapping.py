@@ -297,6 +297,15 @@ def test_content_is_off_by_default():
     assert b"secret" not in blob
 
 
+@pytest.mark.parametrize("duration", [-5, 86_400_001])
+def test_an_out_of_range_tool_duration_is_left_out_of_the_span_and_its_attribute(duration):
+    mapped = mapper().map_run(make_run(), [make_tool(1, duration_ms=duration)])
+    span = mapped.spans[1]
+    assert "tool.duration_ms" not in span.attribute_map()
+    assert span.start_ns == span.end_ns
+    assert any("duration_ms out of range" in w for w in mapped.warnings)
+
+
 PROFILES = (["gen_ai"], ["gen_ai", "openinference"])
 
 

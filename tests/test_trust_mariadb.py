@@ -47,6 +47,7 @@ def test_rows_written_in_shanghai_read_as_utc_are_flagged(agent_db, otlp, tmp_pa
     done = run_cli("check", "--config", config)
     assert done.returncode == 0, done.stdout + done.stderr
     line = next(line for line in done.stdout.splitlines() if "source.timezone" in line)
+    assert len(line) > 120  # one line, not wrapped at 80 columns in a pipe
     assert line.startswith("!") and "in the future" in line and "Asia/Shanghai" in line and "UTC+08:00" in line
     once = run_cli("once", "--config", config)
     assert once.returncode == 0, once.stderr
@@ -130,6 +131,14 @@ def test_backfill_by_id_range_is_filtered_by_the_window_too(agent_db, otlp, tmp_
     assert "backfilled 6 runs" in done.stdout
     wait_for(lambda: received_roots(otlp.receiver) >= set(window), 30, "the window")
     assert received_roots(otlp.receiver) == set(window)
+
+
+def test_backfill_warns_once_about_an_unknown_status(agent_db, otlp, tmp_path):
+    traces = add_runs(agent_db, ["'2026-12-01 10:00:00'"] * 3, status="ESCALATED")
+    done = run_cli("backfill", "--config", config_file(agent_db, tmp_path, otlp), "--since", "2026-12-01")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("unknown diagnosis_run.status 'ESCALATED'") == 1
+    wait_for(lambda: received_roots(otlp.receiver) >= set(traces), 30, "the runs, exported as terminal")
 
 
 @pytest.mark.parametrize(
