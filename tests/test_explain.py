@@ -9,8 +9,8 @@ from conftest import bridge_config, utc_now_naive
 from rich.console import Console
 from sqlalchemy import Engine, event
 
-from run_otel.cli import _print_trace
 from run_otel.demo import generate, insert_workload
+from run_otel.render import print_trace
 from run_otel.wiring import build_poller
 
 
@@ -36,7 +36,7 @@ def test_no_statement_scans_a_table(agent_db, otlp, tmp_path):
         source = poller.source
         first = source.first_id_created_at_or_after(utc_now_naive() - timedelta(minutes=30))  # backfill probes
         poller.backfill(first, first + 300)
-        _print_trace(Console(file=io.StringIO()), config, source, workload.runs[10]["run_id"])  # show
+        print_trace(Console(file=io.StringIO()), config, source, workload.runs[10]["run_id"])  # show
     finally:
         event.remove(Engine, "before_cursor_execute", record)
 

@@ -17,7 +17,7 @@ from servers import free_port, wait_for
 from sqlalchemy import Engine, event, insert
 
 from run_otel.check import run_checks
-from run_otel.cli import _print_trace
+from run_otel.render import print_trace
 from run_otel.schema import diagnosis_run, tool_invocation
 from run_otel.wiring import build_poller, start_metrics
 
@@ -135,7 +135,7 @@ def test_capture_off_never_selects_content_under_any_profile(agent_db, otlp, tmp
         poller = build_poller(config, recorder=metrics)
         assert poller.poll().run_count == 4
         poller.backfill(1, 10, record_metrics=True)
-        _print_trace(Console(file=io.StringIO()), config, poller.source, "run-nope")
+        print_trace(Console(file=io.StringIO()), config, poller.source, "run-nope")
         list(run_checks(config))
         scraped = requests.get(f"http://127.0.0.1:{config.metrics.port}/metrics", timeout=5).text
         server.stop()
@@ -164,7 +164,7 @@ def test_every_statement_only_reads_the_two_tables(agent_db, otlp, tmp_path):
         poller = build_poller(config)
         assert poller.poll().run_count
         poller.backfill(1, 10)
-        _print_trace(Console(file=io.StringIO()), config, poller.source, "run-nope")
+        print_trace(Console(file=io.StringIO()), config, poller.source, "run-nope")
         data_path = list(statements)
         findings = list(run_checks(config))
         assert findings

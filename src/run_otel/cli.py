@@ -14,7 +14,6 @@ from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from . import __version__
@@ -28,10 +27,9 @@ from .demo import demo_config, generate, interesting_runs, seed_demo_database, s
 from .export import ExportError, JsonFileSink, build_sink
 from .lease import LeaseError
 from .logs import configure_logging
-from .mapping import Mapper, trace_id_for
-from .poller import PollResult, Recorder
-from .render import span_tree, trace_links
-from .rows import is_terminal
+from .mapping import trace_id_for
+from .poller import PollResult
+from .render import ProgressRecorder, print_trace, progress_bar
 from .source import Source, SourceError
 from .wiring import MetricsPortError, build_poller, start_metrics
 
@@ -192,7 +190,7 @@ def _backfill(config: Config, window: Window, ids: tuple, with_metrics: bool) ->
     sent: list[str] = []  # the first and last trace ids
     total = PollResult()
     if not ids_plan.empty:
-        with _progress(console) as progress:
+        with progress_bar(console) as progress:
             task = progress.add_task(
                 f"backfill ids {ids_plan.first_id}..{ids_plan.last_id}", total=ids_plan.last_id - ids_plan.first_id + 1, rate=""
             )
@@ -228,24 +226,6 @@ def _backfill(config: Config, window: Window, ids: tuple, with_metrics: bool) ->
 # -- the terminal commands ----------------------------------------------------
 
 
-def _print_trace(console: Console, config: Config, source: Source, run_id: str) -> bool:
-    """Prints the span tree of ``run_id`` as it would be exported; False if unknown."""
-    run = source.run_by_run_id(run_id)
-    if run is None:
-        return False
-    tools = source.tools_for([run.run_id])[run.run_id]
-    mapped = Mapper(config).map_run(run, tools)
-    console.print(f"trace {mapped.root.trace_id.hex()}  ({run.run_id})")
-    if not is_terminal(run.status):
-        console.print(f"[yellow]not exported yet: status {run.status}; it will be once it finishes or times out[/]")
-    console.print(span_tree(mapped))
-    for warning in mapped.warnings:
-        console.print(f"[yellow]warning:[/] {warning}")
-    for link in trace_links(config, mapped.root.trace_id.hex()):
-        console.print(f"open: {link}")
-    return True
-
-
 @cli.command()
 @_CONFIG_OPTION
 @click.argument("run_id")
@@ -260,7 +240,7 @@ def show(config_path: Path | None, run_id: str) -> None:
 
     def body() -> None:
         source = Source(config)
-        if not _print_trace(Console(), config, source, run_id):
+        if not print_trace(Console(), config, source, run_id):
             _fail(f"no run with run_id {run_id!r} in {source.describe()}")
 
     _guarded(body)
@@ -291,26 +271,6 @@ def check(config_path: Path | None) -> None:
         console.print(f"[red]check failed[/]: {failures} problem(s), {warnings} warning(s)")
         sys.exit(EXIT_FAILED)
     console.print(f"[green]check passed[/] with {warnings} warning(s)")
-
-
-class _ProgressRecorder(Recorder):
-    def __init__(self, progress: Progress, task):
-        self._progress, self._task = progress, task
-
-    def runs_exported(self, result: PollResult, acked_at: float) -> None:
-        self._progress.advance(self._task, result.run_count)
-
-
-def _progress(console: Console) -> Progress:
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[rate]}"),
-        TimeRemainingColumn(),
-        console=console,
-        transient=False,
-    )
 
 
 @cli.command()
@@ -350,9 +310,9 @@ def _demo(base: Config, db_path: Path, out_path: Path, runs: int, seed: int, anc
         out_path.unlink(missing_ok=True)
         sink = JsonFileSink(out_path)
     console.print(f"seeded {len(workload.runs)} runs and {len(workload.tools)} tool calls into {db_path} (seed {seed})")
-    with _progress(console) as progress:
+    with progress_bar(console) as progress:
         task = progress.add_task(f"exporting to {sink.describe()}", total=len(workload.terminal_runs()), rate="")
-        result = build_poller(config, recorder=_ProgressRecorder(progress, task), sink=sink).poll()
+        result = build_poller(config, recorder=ProgressRecorder(progress, task), sink=sink).poll()
     sink.close()
     table = Table(show_header=False, box=None)
     table.add_row("spans exported", f"{result.spans} in {result.run_count} traces to {sink.describe()}")
@@ -363,7 +323,7 @@ def _demo(base: Config, db_path: Path, out_path: Path, runs: int, seed: int, anc
     for title, run_id in zip(("a failed run", "a RAG-heavy run"), interesting_runs(workload)):
         if run_id:
             console.rule(title)
-            _print_trace(console, config, source, run_id)
+            print_trace(console, config, source, run_id)
     source.close()
     if isinstance(sink, JsonFileSink):
         click.echo(f"OTLP-JSON written to {sink.path}")

@@ -5,12 +5,17 @@ from __future__ import annotations
 import json
 from urllib.parse import quote
 
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.text import Text
 from rich.tree import Tree
 
 from . import attributes as A
 from .config import Config
 from .mapping import STATUS_ERROR, MappedRun, SpanData
+from .poller import PollResult, Recorder
+from .rows import is_terminal
+from .source import Source
 
 _ROOT_KEYS = (A.RUN_INTENT, A.RUN_STATUS, A.RUN_RELEASE_OUTCOME, A.RUN_TOTAL_TOKEN_COUNT, A.RUN_TOOL_SPANS_DROPPED)
 _TOOL_KEYS = (A.RAG_RETRIEVAL_LAYER, A.RAG_L0_MATCH_COUNT, A.RAG_L1_MATCH_COUNT, A.RAG_RELEVANCE_LEVEL, A.RAG_DEDUP_REASON)
@@ -68,3 +73,46 @@ def trace_links(config: Config, trace_id_hex: str) -> list[str]:
         pane = {"t": {"datasource": "tempo", "queries": [{"refId": "A", "queryType": "traceql", "query": trace_id_hex}]}}
         links.append(f"{config.ui.tempo_url.rstrip('/')}/explore?schemaVersion=1&panes={quote(json.dumps(pane, separators=(',', ':')))}")
     return links
+
+
+# -- terminal output of the commands ------------------------------------------------
+
+
+def print_trace(console: Console, config: Config, source: Source, run_id: str) -> bool:
+    """Prints the span tree of ``run_id`` as it would be exported; False if unknown."""
+    run = source.run_by_run_id(run_id)
+    if run is None:
+        return False
+    tools = source.tools_for([run.run_id])[run.run_id]
+    from .wiring import build_mapper  # wiring imports the metrics; keep `show` light
+
+    mapped = build_mapper(config).map_run(run, tools)
+    console.print(f"trace {mapped.root.trace_id.hex()}  ({run.run_id})")
+    if not is_terminal(run.status):
+        console.print(f"[yellow]not exported yet: status {run.status}; it will be once it finishes or times out[/]")
+    console.print(span_tree(mapped))
+    for warning in mapped.warnings:
+        console.print(f"[yellow]warning:[/] {warning}")
+    for link in trace_links(config, mapped.root.trace_id.hex()):
+        console.print(f"open: {link}")
+    return True
+
+
+class ProgressRecorder(Recorder):
+    def __init__(self, progress: Progress, task):
+        self._progress, self._task = progress, task
+
+    def runs_exported(self, result: PollResult, acked_at: float) -> None:
+        self._progress.advance(self._task, result.run_count)
+
+
+def progress_bar(console: Console) -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]}"),
+        TimeRemainingColumn(),
+        console=console,
+        transient=False,
+    )
