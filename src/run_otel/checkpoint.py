@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from sqlalchemy import BigInteger, Column, Float, Integer, MetaData, String, Table, Text, inspect, select
 from sqlalchemy.engine import make_url
@@ -56,10 +57,16 @@ def shard_name(config: Config) -> str:
 
 
 class CheckpointStore:
-    def __init__(self, config: Config):
+    def __init__(self, config: Config, create: bool = True):
         self._url = make_url(config.state.url)
-        self.engine = make_engine(self._url)
         self.name = shard_name(config)
+        if not create and self._url.get_backend_name() == "sqlite" and not Path(self._url.database or "").is_file():
+            raise CheckpointError(f"no state store at {self.describe()}: nothing has been exported with this config yet")
+        self.engine = make_engine(self._url)
+        if not create:
+            if not self._table_exists():
+                raise CheckpointError(f"state store {self.describe()} has no checkpoint table yet")
+            return
         try:
             _metadata.create_all(self.engine)
         except SQLAlchemyError as exc:
@@ -77,11 +84,12 @@ class CheckpointStore:
     def describe(self) -> str:
         return safe_url(self._url)
 
-    def load(self) -> Checkpoint | None:
-        """The saved checkpoint, None on a first start; raises if the row is damaged."""
+    def load(self, name: str | None = None) -> Checkpoint | None:
+        """The saved checkpoint (of this shard, or of ``name``), None on a first start; raises if damaged."""
+        name = name or self.name
         try:
             with self.engine.connect() as conn:
-                row = conn.execute(select(checkpoint_table).where(checkpoint_table.c.name == self.name)).first()
+                row = conn.execute(select(checkpoint_table).where(checkpoint_table.c.name == name)).first()
         except SQLAlchemyError as exc:
             raise CheckpointError(f"state store {self.describe()} is unreadable: {getattr(exc, 'orig', exc)}") from None
         if row is None:
@@ -96,10 +104,24 @@ class CheckpointStore:
             )
         except (ValueError, TypeError, AttributeError) as exc:
             raise CheckpointError(
-                f"checkpoint {self.name!r} in {self.describe()} is damaged ({exc}). "
+                f"checkpoint {name!r} in {self.describe()} is damaged ({exc}). "
                 "Refusing to restart from scratch: restore the state store, or delete the row "
                 "and set poll.start_from to the first run id to re-export."
             ) from None
+
+    def load_all(self) -> list[tuple[str, Checkpoint, float]]:
+        """Every shard's checkpoint in the store: (name, checkpoint, saved_at), by name."""
+        try:
+            with self.engine.connect() as conn:
+                rows = list(conn.execute(select(checkpoint_table.c.name, checkpoint_table.c.saved_at).order_by(checkpoint_table.c.name)))
+        except SQLAlchemyError as exc:
+            raise CheckpointError(f"state store {self.describe()} is unreadable: {getattr(exc, 'orig', exc)}") from None
+        out = []
+        for name, saved_at in rows:
+            checkpoint = self.load(name)
+            if checkpoint is not None:
+                out.append((name, checkpoint, float(saved_at)))
+        return out
 
     def save(self, checkpoint: Checkpoint, now: float) -> None:
         values = {

@@ -1,4 +1,4 @@
-"""The ``run-otel`` command line."""
+"""The ``run-otel`` command line: thin commands over the wiring."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -19,69 +17,19 @@ from rich.table import Table
 from . import __version__
 from .backfill import Window, order_warning, plan
 from .check import FAIL, OK, WARN, run_checks
-from .checkpoint import CheckpointError
+from .cliutil import CONFIG_OPTION, EXIT_FAILED, EXIT_USAGE, fail, guarded, load
 from .clock import SourceClock
-from .config import Config, ConfigError, load_config, overridden_file_keys
+from .config import Config
 from .daemon import Daemon, summary
 from .demo import demo_config, generate, interesting_runs, seed_demo_database, summary_rows
-from .export import ExportError, JsonFileSink, build_sink
-from .lease import LeaseError
-from .logs import configure_logging
+from .export import JsonFileSink, build_sink
 from .mapping import trace_id_for
+from .opscli import COMMANDS as OPERATOR_COMMANDS
 from .poller import PollResult
 from .render import ProgressRecorder, print_trace, progress_bar
-from .source import Source, SourceError
-from .wiring import MetricsPortError, build_poller, start_metrics
-
-log = logging.getLogger("run_otel")
-
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-
-_CONFIG_OPTION = click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    envvar="RUN_OTEL_CONFIG",
-    help="TOML config file (env RUN_OTEL_CONFIG). Every key is documented in config/run-otel.toml; "
-    "RUN_OTEL_<SECTION>__<KEY> variables override it.",
-)
-
-
-def _fail(message: str, code: int = EXIT_FAILED) -> None:
-    click.echo(f"run-otel: error: {message}", err=True)
-    sys.exit(code)
-
-
-def _load(config_path: Path | None, shard: str | None = None) -> Config:
-    try:
-        config = load_config(config_path)
-        if shard:
-            config = replace(config, shard=_parse_shard(shard))
-        config.source_url()  # reads source.password_file now, so a bad path fails at start
-    except ConfigError as exc:
-        _fail(f"config: {exc}", EXIT_USAGE)
-    except OSError as exc:
-        _fail(f"config: source.password_file: {exc.strerror}: {exc.filename}", EXIT_USAGE)
-    configure_logging(config)
-    for line in overridden_file_keys(config_path):
-        log.warning(line)
-    return config
-
-
-def _parse_shard(text: str) -> tuple[int, int]:
-    index, sep, total = text.partition("/")
-    if not (sep and index.isdigit() and total.isdigit() and 0 <= int(index) < int(total)):
-        raise ConfigError(f"--shard must be i/N with 0 <= i < N, got {text!r}")
-    return int(index), int(total)
-
-
-def _guarded(action: Callable[[], None]) -> None:
-    """Runs a command body; known failures become one line and exit code 1."""
-    try:
-        action()
-    except (SourceError, ExportError, CheckpointError, LeaseError, MetricsPortError) as exc:
-        _fail(str(exc))
+from .source import Source
+from .times import TimeParam
+from .wiring import build_poller, start_metrics
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -99,7 +47,7 @@ def cli() -> None:
 
 
 @cli.command()
-@_CONFIG_OPTION
+@CONFIG_OPTION
 @click.option("--shard", metavar="I/N", help="Export only shard I of N (stable hash of run_id), with its own checkpoint.")
 def once(config_path: Path | None, shard: str | None) -> None:
     """Poll once: export every finished run since the checkpoint, then exit.
@@ -107,18 +55,18 @@ def once(config_path: Path | None, shard: str | None) -> None:
     Exits 0 when the receiver acknowledged everything (the checkpoint is then
     saved), 1 with a one-line reason otherwise (the checkpoint does not move).
     """
-    config = _load(config_path, shard)
+    config = load(config_path, shard)
 
     def body() -> None:
         poller = build_poller(config)
         result = poller.poll()
         click.echo(summary(result))
 
-    _guarded(body)
+    guarded(body)
 
 
 @cli.command()
-@_CONFIG_OPTION
+@CONFIG_OPTION
 @click.option("--shard", metavar="I/N", help="Export only shard I of N (stable hash of run_id), with its own checkpoint.")
 def run(config_path: Path | None, shard: str | None) -> None:
     """Run the daemon: poll every poll.interval_seconds until SIGTERM.
@@ -127,20 +75,20 @@ def run(config_path: Path | None, shard: str | None) -> None:
     and its checkpoint saved before the process exits. A database or receiver
     outage is retried with backoff; nothing is skipped.
     """
-    config = _load(config_path, shard)
-    _guarded(lambda: Daemon(config).run_forever())
+    config = load(config_path, shard)
+    guarded(lambda: Daemon(config).run_forever())
 
 
 def _utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
-_TIME = click.DateTime(["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S%z"])
+_TIME = TimeParam()
 
 
 @cli.command()
-@_CONFIG_OPTION
-@click.option("--since", type=_TIME, default=None, help="Export runs created at or after this time (in source.timezone unless it has an offset).")
+@CONFIG_OPTION
+@click.option("--since", type=_TIME, default=None, help="Export runs created at or after this time: YYYY-MM-DD[ HH:MM[:SS]] in source.timezone, ISO 8601 with an offset, or a duration ago (24h, 7d).")
 @click.option("--until", type=_TIME, default=None, help="...and before this time [default: no upper bound].")
 @click.option("--from-id", type=click.IntRange(min=1), default=None, help="Read run ids from this one, instead of probing for the window's ids.")
 @click.option("--to-id", type=click.IntRange(min=1), default=None, help="...up to and including this one [default: the newest].")
@@ -173,10 +121,10 @@ def backfill(
         raise click.UsageError(f"--until ({until}) must be after --since ({since})")
     if from_id and to_id and to_id < from_id:
         raise click.UsageError(f"--to-id ({to_id}) must not be below --from-id ({from_id})")
-    config = _load(config_path, shard)
+    config = load(config_path, shard)
     clock = SourceClock(config.source.timezone)
     window = Window(since and clock.naive(since), until and clock.naive(until))
-    _guarded(lambda: _backfill(config, window, (from_id, to_id, full_scan), with_metrics))
+    guarded(lambda: _backfill(config, window, (from_id, to_id, full_scan), with_metrics))
 
 
 def _backfill(config: Config, window: Window, ids: tuple, with_metrics: bool) -> None:
@@ -227,7 +175,7 @@ def _backfill(config: Config, window: Window, ids: tuple, with_metrics: bool) ->
 
 
 @cli.command()
-@_CONFIG_OPTION
+@CONFIG_OPTION
 @click.argument("run_id")
 def show(config_path: Path | None, run_id: str) -> None:
     """Print the span tree that would be exported for RUN_ID.
@@ -236,28 +184,28 @@ def show(config_path: Path | None, run_id: str) -> None:
     to open in Jaeger or Tempo, and a link when ui.jaeger_url or ui.tempo_url
     is set. Exits 1 when no run has that run_id.
     """
-    config = _load(config_path)
+    config = load(config_path)
 
     def body() -> None:
         source = Source(config)
         if not print_trace(Console(), config, source, run_id):
-            _fail(f"no run with run_id {run_id!r} in {source.describe()}")
+            fail(f"no run with run_id {run_id!r} in {source.describe()}")
 
-    _guarded(body)
+    guarded(body)
 
 
 _SYMBOLS = {OK: "[green]✔[/]", WARN: "[yellow]![/]", FAIL: "[red]✘[/]"}
 
 
 @cli.command()
-@_CONFIG_OPTION
+@CONFIG_OPTION
 def check(config_path: Path | None) -> None:
     """Check a deployment: config, database, schema, indexes, privileges, endpoint.
 
     One line per check, then a verdict. Warnings (a missing index, a user that
     can write) do not fail; exit 1 only when something run-otel needs is missing.
     """
-    config = _load(config_path)
+    config = load(config_path)
     # soft_wrap: a line is never broken at 80 columns when stdout is a pipe (CI, kubectl exec).
     console = Console(highlight=False, soft_wrap=True)
     findings = []
@@ -274,7 +222,7 @@ def check(config_path: Path | None) -> None:
 
 
 @cli.command()
-@_CONFIG_OPTION
+@CONFIG_OPTION
 @click.option("--db", "db_path", type=click.Path(dir_okay=False, path_type=Path), default=Path("run-otel-demo.db"), show_default=True, help="SQLite file to create and seed (replaced if it exists).")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=Path("run-otel-demo.otlp.jsonl"), show_default=True, help="OTLP-JSON file written when OTEL_EXPORTER_OTLP_ENDPOINT is not set.")
 @click.option("--runs", type=click.IntRange(1, 1_000_000), default=300, show_default=True, help="Runs to generate.")
@@ -290,10 +238,10 @@ def demo(config_path: Path | None, db_path: Path, out_path: Path, runs: int, see
     OTEL_EXPORTER_OTLP_ENDPOINT when it is set, else to an OTLP-JSON file.
     Ends with a summary and the span trees of a failed and a RAG-heavy run.
     """
-    base = _load(config_path)
+    base = load(config_path)
     # The demo speaks through its summary; keep the daemon's INFO lines out of it.
     logging.getLogger().setLevel(max(logging.getLogger().level, logging.WARNING))
-    _guarded(lambda: _demo(base, db_path, out_path, runs, seed, anchor))
+    guarded(lambda: _demo(base, db_path, out_path, runs, seed, anchor))
 
 
 def _demo(base: Config, db_path: Path, out_path: Path, runs: int, seed: int, anchor: datetime | None) -> None:
@@ -329,16 +277,20 @@ def _demo(base: Config, db_path: Path, out_path: Path, runs: int, seed: int, anc
         click.echo(f"OTLP-JSON written to {sink.path}")
 
 
+for _command in OPERATOR_COMMANDS:
+    cli.add_command(_command)
+
+
 def main() -> None:
     try:
         code = cli.main(prog_name="run-otel", standalone_mode=False)
     except click.UsageError as exc:
         command = exc.ctx.command_path if exc.ctx else "run-otel"
-        _fail(f"{exc.format_message()} (see '{command} --help')", EXIT_USAGE)
+        fail(f"{exc.format_message()} (see '{command} --help')", EXIT_USAGE)
     except click.ClickException as exc:
-        _fail(exc.format_message(), exc.exit_code)
+        fail(exc.format_message(), exc.exit_code)
     except click.Abort:
-        _fail("aborted", EXIT_FAILED)
+        fail("aborted", EXIT_FAILED)
     sys.exit(code if isinstance(code, int) else 0)
 
 

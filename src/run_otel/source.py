@@ -177,6 +177,11 @@ class Source:
         rows = self._fetch(self._run_select.where(diagnosis_run.c.run_id == run_id))
         return RunRow(*rows[0]) if rows else None
 
+    def newest_run(self) -> tuple[int, datetime] | None:
+        """The newest run's id and created_at: one primary-key probe."""
+        rows = self._fetch(select(diagnosis_run.c.id, diagnosis_run.c.created_at).order_by(diagnosis_run.c.id.desc()).limit(1))
+        return (int(rows[0][0]), rows[0][1]) if rows else None
+
     def created_at_from(self, first_id: int) -> tuple[int, datetime] | None:
         """The first run at or after ``first_id``: a primary-key probe, for backfill bounds."""
         stmt = (

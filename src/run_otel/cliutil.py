@@ -1,0 +1,74 @@
+"""What every command shares: the --config and --shard options, loading the
+config once, and turning known failures into one line and an exit code."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import click
+
+from .checkpoint import CheckpointError
+from .config import Config, ConfigError, load_config, overridden_file_keys
+from .export import ExportError
+from .lease import LeaseError
+from .logs import configure_logging
+from .source import SourceError
+from .wiring import MetricsPortError
+
+log = logging.getLogger("run_otel")
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+CONFIG_OPTION = click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="RUN_OTEL_CONFIG",
+    help="TOML config file (env RUN_OTEL_CONFIG). Every key is documented in config/run-otel.toml; "
+    "RUN_OTEL_<SECTION>__<KEY> variables override it.",
+)
+
+
+def fail(message: str, code: int = EXIT_FAILED) -> None:
+    click.echo(f"run-otel: error: {message}", err=True)
+    sys.exit(code)
+
+
+def load(config_path: Path | None, shard: str | None = None) -> Config:
+    try:
+        config = load_config(config_path)
+        if shard:
+            config = replace(config, shard=_parse_shard(shard))
+        config.source_url()  # reads source.password_file now, so a bad path fails at start
+    except ConfigError as exc:
+        fail(f"config: {exc}", EXIT_USAGE)
+    except OSError as exc:
+        fail(f"config: source.password_file: {exc.strerror}: {exc.filename}", EXIT_USAGE)
+    configure_logging(config)
+    for line in overridden_file_keys(config_path):
+        log.warning(line)
+    return config
+
+
+def _parse_shard(text: str) -> tuple[int, int]:
+    index, sep, total = text.partition("/")
+    if not (sep and index.isdigit() and total.isdigit() and 0 <= int(index) < int(total)):
+        raise ConfigError(f"--shard must be i/N with 0 <= i < N, got {text!r}")
+    return int(index), int(total)
+
+
+def guarded(action: Callable[[], None]) -> None:
+    """Runs a command body; known failures become one line and exit code 1."""
+    try:
+        action()
+    except (SourceError, ExportError, CheckpointError, LeaseError, MetricsPortError) as exc:
+        fail(str(exc))
+
+
+
+SHARD_OPTION = click.option("--shard", metavar="I/N", help="Only shard I of N (stable hash of run_id), with its own checkpoint.")

@@ -1,0 +1,104 @@
+"""Seeing and steering a deployment: `status`, `rewind` and `export`.
+
+Each returns plain values; the CLI renders them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime
+
+from sqlalchemy import text
+
+from .checkpoint import Checkpoint, CheckpointStore, shard_name
+from .config import Config
+from .lease import lease_name
+from .mapping import trace_id_for
+from .poller import Poller
+from .rows import RunRow, is_terminal
+from .source import Source
+
+
+@dataclass(frozen=True)
+class ShardStatus:
+    shard: str
+    high_water_id: int
+    newest_id: int
+    lag_runs: int  # ids between the high-water mark and the newest run
+    lag_seconds: float | None  # newest created_at minus the high-water run's created_at
+    pending_runs: int
+    gaps: int
+    saved_at: float
+    state_store: str
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def shard_statuses(store: CheckpointStore, source: Source) -> list[ShardStatus]:
+    newest = source.newest_run()
+    newest_id, newest_at = newest if newest else (0, None)
+    out = []
+    for name, checkpoint, saved_at in store.load_all():
+        mark = source.created_at_from(checkpoint.high_water) if checkpoint.high_water else None
+        lag_seconds = None
+        if mark and isinstance(mark[1], datetime) and isinstance(newest_at, datetime):
+            lag_seconds = 0.0 if checkpoint.high_water >= newest_id else max((newest_at - mark[1]).total_seconds(), 0.0)
+        out.append(
+            ShardStatus(
+                shard=name,
+                high_water_id=checkpoint.high_water,
+                newest_id=newest_id,
+                lag_runs=max(newest_id - checkpoint.high_water, 0),
+                lag_seconds=lag_seconds,
+                pending_runs=len(checkpoint.pending),
+                gaps=len(checkpoint.gaps),
+                saved_at=saved_at,
+                state_store=store.describe(),
+            )
+        )
+    return out
+
+
+def rewound(checkpoint: Checkpoint, first_id: int) -> Checkpoint:
+    """The checkpoint from which the next poll reads ``first_id`` and everything after it again."""
+    keep = first_id - 1
+    return Checkpoint(
+        high_water=keep,
+        pending={i: seen for i, seen in checkpoint.pending.items() if i <= keep},
+        gaps={i: seen for i, seen in checkpoint.gaps.items() if i <= keep},
+    )
+
+
+def lease_holder(config: Config, source: Source) -> int | None:
+    """The connection id holding this shard's HA lease, if another instance runs."""
+    if not config.ha.enabled or source.engine.dialect.name != "mysql":
+        return None
+    name = lease_name(config.ha.lock_name, config.source_url().database, shard_name(config))
+    with source.engine.connect() as conn:
+        return conn.execute(text("SELECT IS_USED_LOCK(:name)"), {"name": name}).scalar()
+
+
+@dataclass
+class ExportOutcome:
+    sent: list[tuple[str, str]]  # (run_id, trace id)
+    waiting: list[str]  # run_ids not finished, not sent without --incomplete
+    unknown: list[str]
+    spans: int
+
+
+def export_run_ids(poller: Poller, run_ids: Sequence[str], incomplete: bool) -> ExportOutcome:
+    runs: list[RunRow] = []
+    waiting, unknown = [], []
+    for run_id in dict.fromkeys(run_ids):
+        run = poller.source.run_by_run_id(run_id)
+        if run is None:
+            unknown.append(run_id)
+        elif is_terminal(run.status) or incomplete:
+            runs.append(run)
+        else:
+            waiting.append(run_id)
+    result = poller.export_runs(runs, {r.id for r in runs if not is_terminal(r.status)}) if runs else None
+    sent = [(r.run_id, trace_id_for(r.run_id).hex()) for r in runs]
+    return ExportOutcome(sent, waiting, unknown, result.spans if result else 0)

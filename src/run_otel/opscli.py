@@ -1,0 +1,128 @@
+"""The operator's commands: `status`, `rewind` and `export`."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from .checkpoint import CheckpointStore
+from .cliutil import CONFIG_OPTION, EXIT_FAILED, SHARD_OPTION, fail, guarded, load
+from .clock import SourceClock
+from .operate import export_run_ids, lease_holder, rewound, shard_statuses
+from .source import Source
+from .times import TimeParam
+from .wiring import build_poller
+
+
+@click.command()
+@CONFIG_OPTION
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per shard, one per line.")
+def status(config_path: Path | None, as_json: bool) -> None:
+    """Where each shard stands: checkpoint, newest run, lag, pending runs, gaps.
+
+    The lag is in run ids (newest id minus the high-water mark) and in seconds
+    (the newest run's created_at minus the high-water run's). Reads only: a
+    state store that does not exist is reported, never created.
+    """
+    config = load(config_path)
+
+    def body() -> None:
+        store = CheckpointStore(config, create=False)
+        source = Source(config)
+        rows = shard_statuses(store, source)
+        if not rows:
+            fail(f"state store {store.describe()} holds no checkpoint yet")
+        if as_json:
+            for row in rows:
+                click.echo(json.dumps(row.as_dict(), sort_keys=True))
+            return
+        table = Table("shard", "high-water id", "newest id", "lag (runs)", "lag", "pending", "gaps", "saved", box=None)
+        for row in rows:
+            lag = "-" if row.lag_seconds is None else f"{row.lag_seconds:.0f}s"
+            saved = datetime.fromtimestamp(row.saved_at, timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+            table.add_row(row.shard, str(row.high_water_id), str(row.newest_id), str(row.lag_runs), lag,
+                          str(row.pending_runs), str(row.gaps), f"{saved} ({time.time() - row.saved_at:.0f}s ago)")
+        console = Console(highlight=False, soft_wrap=True)
+        console.print(table)
+        console.print(f"state store {rows[0].state_store}; source {source.describe()}")
+
+    guarded(body)
+
+
+@click.command()
+@CONFIG_OPTION
+@click.option("--to-id", type=click.IntRange(min=1), default=None, help="The next poll exports from this run id again.")
+@click.option("--since", type=TimeParam(), default=None, help="...from the first run created at this time (24h, 7d, or a date).")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--force", is_flag=True, help="Rewind even while another instance holds the HA lease.")
+@SHARD_OPTION
+def rewind(config_path: Path | None, to_id: int | None, since: datetime | None, yes: bool, force: bool, shard: str | None) -> None:
+    """Move the checkpoint back, so the next poll exports from there again.
+
+    Give --to-id N or --since T. Re-sent spans are byte-identical to the first
+    copies, so Jaeger and Tempo show each span once. Stop the daemon first, or
+    it may save its own checkpoint over this one; with HA, rewind refuses while
+    another instance holds the lease unless --force.
+    """
+    if (to_id is None) == (since is None):
+        raise click.UsageError("give exactly one of --to-id and --since")
+    config = load(config_path, shard)
+
+    def body() -> None:
+        source = Source(config)
+        holder = lease_holder(config, source)
+        if holder and not force:
+            fail(f"another instance (connection {holder}) holds the HA lease and would overwrite the checkpoint; stop it, or use --force")
+        store = CheckpointStore(config, create=False)
+        current = store.load()
+        if current is None:
+            fail(f"no checkpoint for {store.name} in {store.describe()}: set poll.start_from instead")
+        first_id = to_id or source.first_id_created_at_or_after(SourceClock(config.source.timezone).naive(since))
+        if not yes and not click.confirm(
+            f"move {store.name} in {store.describe()} from high-water id {current.high_water} so the next poll "
+            f"exports from run id {first_id}?"
+        ):
+            fail("nothing changed", EXIT_FAILED)
+        store.save(rewound(current, first_id), time.time())
+        click.echo(
+            f"rewound {store.name}: high-water id {current.high_water} -> {first_id - 1}; the next poll exports run ids "
+            f"from {first_id}. Runs already sent arrive again, byte-identical, and backends show them once."
+        )
+
+    guarded(body)
+
+
+@click.command("export")
+@CONFIG_OPTION
+@click.argument("run_ids", nargs=-1, required=True)
+@click.option("--incomplete", is_flag=True, help="Also send runs that are still PENDING or RUNNING, marked incomplete.")
+def export_command(config_path: Path | None, run_ids: tuple[str, ...], incomplete: bool) -> None:
+    """Send RUN_IDS now, whatever the checkpoint says; it is not moved.
+
+    A finished run is sent as the daemon would send it. A waiting run is
+    skipped unless --incomplete, which sends it as incomplete (ERROR).
+    """
+    config = load(config_path)
+
+    def body() -> None:
+        outcome = export_run_ids(build_poller(config), run_ids, incomplete)
+        for run_id, trace in outcome.sent:
+            click.echo(f"sent {run_id} as trace {trace}")
+        for run_id in outcome.waiting:
+            click.echo(f"skipped {run_id}: not finished yet (use --incomplete to send it as incomplete)", err=True)
+        for run_id in outcome.unknown:
+            click.echo(f"no run with run_id {run_id!r}", err=True)
+        click.echo(f"{len(outcome.sent)} run(s), {outcome.spans} span(s) sent")
+        if outcome.unknown or not outcome.sent:
+            raise SystemExit(EXIT_FAILED)
+
+    guarded(body)
+
+
+COMMANDS = (status, rewind, export_command)

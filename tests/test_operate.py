@@ -1,0 +1,106 @@
+"""Operating a deployment on MariaDB: status, rewind, export, relative times."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from conftest import bridge_sections, received_roots, run_cli, write_config
+from servers import wait_for
+from test_trust_mariadb import add_runs
+
+
+def config_file(agent_db, tmp_path, otlp, **overrides) -> str:
+    return str(write_config(tmp_path / "c.toml", bridge_sections(agent_db, tmp_path, otlp.endpoint("grpc"), **overrides)))
+
+
+def test_status_shows_lag_pending_and_gaps_in_text_and_json(agent_db, otlp, tmp_path):
+    add_runs(agent_db, ["UTC_TIMESTAMP() - INTERVAL 10 MINUTE"] * 5)
+    add_runs(agent_db, ["UTC_TIMESTAMP() - INTERVAL 9 MINUTE"], status="RUNNING")  # id 6: pending
+    agent_db.execute("DELETE FROM diagnosis_run WHERE id = 4")  # a gap below the high-water mark
+    config = config_file(agent_db, tmp_path, otlp, poll={"start_from": "beginning", "batch_size": 500})
+    assert run_cli("status", "--config", config).returncode == 1  # no state store yet...
+    assert not (tmp_path / "state.db").exists()  # ...and status did not create one
+    assert run_cli("once", "--config", config).returncode == 0
+    add_runs(agent_db, ["UTC_TIMESTAMP() - INTERVAL 4 MINUTE", "UTC_TIMESTAMP() - INTERVAL 1 MINUTE"])  # the backlog: 7, 8
+    done = run_cli("status", "--config", config, "--json")
+    assert done.returncode == 0, done.stderr
+    (row,) = [json.loads(line) for line in done.stdout.splitlines()]
+    assert row["high_water_id"] == 6 and row["newest_id"] == 8 and row["lag_runs"] == 2
+    assert 475 <= row["lag_seconds"] <= 485  # 8 was created 8 minutes after 6
+    assert (row["pending_runs"], row["gaps"]) == (1, 1)
+    assert abs(time.time() - row["saved_at"]) < 60
+    text = run_cli("status", "--config", config)
+    assert text.returncode == 0
+    assert "default" in text.stdout and "state store sqlite:///" in text.stdout
+
+
+def test_rewind_then_once_resends_exactly_the_runs_from_that_id(agent_db, otlp, tmp_path):
+    traces = add_runs(agent_db, ["UTC_TIMESTAMP() - INTERVAL 10 MINUTE"] * 10)
+    config = config_file(agent_db, tmp_path, otlp, poll={"start_from": "beginning"})
+    assert run_cli("once", "--config", config).returncode == 0
+    wait_for(lambda: received_roots(otlp.receiver) == set(traces), 30, "the first export")
+    before = len(otlp.receiver.requests)
+    refused = run_cli("rewind", "--config", config, "--to-id", "7")  # no --yes and no terminal: no change
+    assert refused.returncode == 1
+    done = run_cli("rewind", "--config", config, "--to-id", "7", "--yes")
+    assert done.returncode == 0, done.stderr
+    assert "high-water id 10 -> 6" in done.stdout and "byte-identical" in done.stdout
+    assert run_cli("once", "--config", config).returncode == 0
+    wait_for(lambda: len(otlp.receiver.requests) > before, 30, "the re-export")
+    time.sleep(0.5)
+    again = {span.trace_id.hex() for request in otlp.receiver.requests[before:] for span in _roots(request)}
+    assert again == set(traces[6:])
+
+
+def test_rewind_since_a_relative_time(agent_db, otlp, tmp_path):
+    traces = add_runs(agent_db, ["UTC_TIMESTAMP() - INTERVAL 3 HOUR"] * 3 + ["UTC_TIMESTAMP() - INTERVAL 30 MINUTE"] * 2)
+    config = config_file(agent_db, tmp_path, otlp, poll={"start_from": "beginning"})
+    assert run_cli("once", "--config", config).returncode == 0
+    done = run_cli("rewind", "--config", config, "--since", "1h", "--yes")
+    assert done.returncode == 0, done.stderr
+    assert "exports run ids from 4" in done.stdout
+    assert len(traces) == 5
+
+
+def test_export_sends_exactly_the_two_runs(agent_db, otlp, tmp_path):
+    traces = add_runs(agent_db, ["UTC_TIMESTAMP() - INTERVAL 10 MINUTE"] * 6)
+    waiting = add_runs(agent_db, ["UTC_TIMESTAMP() - INTERVAL 1 MINUTE"], status="RUNNING")
+    run_ids = [f"run-{t[:8]}-{t[8:12]}-{t[12:16]}-{t[16:20]}-{t[20:]}" for t in (traces[1], traces[4], waiting[0])]
+    config = config_file(agent_db, tmp_path, otlp)
+    done = run_cli("export", "--config", config, *run_ids)
+    assert done.returncode == 0, done.stderr
+    assert "2 run(s)" in done.stdout and f"as trace {traces[1]}" in done.stdout
+    assert "not finished yet" in done.stderr
+    wait_for(lambda: received_roots(otlp.receiver) >= {traces[1], traces[4]}, 30, "the two runs")
+    time.sleep(0.5)
+    assert received_roots(otlp.receiver) == {traces[1], traces[4]}
+    assert _checkpoint_rows(tmp_path) == []  # the checkpoint is untouched
+    forced = run_cli("export", "--config", config, "--incomplete", run_ids[2])
+    assert forced.returncode == 0 and "1 run(s)" in forced.stdout
+
+
+def test_backfill_since_a_relative_time(agent_db, otlp, tmp_path):
+    add_runs(agent_db, ["UTC_TIMESTAMP() - INTERVAL 3 DAY"] * 2)
+    recent = add_runs(agent_db, ["UTC_TIMESTAMP() - INTERVAL 2 HOUR"] * 3)
+    done = run_cli("backfill", "--config", config_file(agent_db, tmp_path, otlp), "--since", "24h")
+    assert done.returncode == 0, done.stderr
+    assert "backfilled 3 runs" in done.stdout
+    wait_for(lambda: received_roots(otlp.receiver) >= set(recent), 30, "the recent runs")
+    assert received_roots(otlp.receiver) == set(recent)
+
+
+def _roots(raw: bytes):
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    request = ExportTraceServiceRequest.FromString(raw)
+    return [s for rs in request.resource_spans for ss in rs.scope_spans for s in ss.spans if not s.parent_span_id]
+
+
+def _checkpoint_rows(tmp_path) -> list:
+    import sqlite3
+
+    if not (tmp_path / "state.db").exists():
+        return []
+    with sqlite3.connect(tmp_path / "state.db") as conn:
+        return conn.execute("SELECT name FROM run_otel_checkpoint").fetchall()
