@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import sqlite3
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -230,7 +233,7 @@ def test_check_reports_an_unreachable_endpoint(agent_db, otlp, tmp_path):
 # -- CLI manners ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("command", ["run", "once", "backfill", "check", "show", "demo"])
+@pytest.mark.parametrize("command", ["run", "once", "backfill", "check", "show", "demo", "status", "rewind", "export"])
 def test_every_command_explains_itself(command):
     done = run_cli(command, "--help")
     assert done.returncode == 0
@@ -256,3 +259,22 @@ def test_bad_config_key_is_one_clear_line(tmp_path):
         "settle_seconds, run_timeout_seconds, gap_timeout_seconds, start_from, tool_chunk_size, "
         "retry_initial_seconds, retry_max_seconds, stuck_after_seconds, shutdown_timeout_seconds)"
     ]
+
+
+@pytest.mark.parametrize("command", [["once"], ["run"], ["check"], ["status"], ["show", "run-x"], ["backfill", "--since", "1d"]])
+def test_without_a_config_nothing_runs_against_the_demo_defaults(tmp_path, command):
+    done = subprocess.run([sys.executable, "-m", "run_otel.cli", *command], capture_output=True, text=True, cwd=tmp_path,
+                          env={**{k: v for k, v in os.environ.items() if not k.startswith("RUN_OTEL_")}}, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "no config: pass --config FILE" in done.stderr
+    assert list(tmp_path.iterdir()) == []  # no demo database or state store created
+
+
+def test_the_example_config_is_printed_and_parses_to_the_defaults(tmp_path):
+    import tomllib
+
+    from run_otel.config import Config, build_config
+
+    done = run_cli("config", "--example")
+    assert done.returncode == 0
+    assert build_config(tomllib.loads(done.stdout)) == Config()

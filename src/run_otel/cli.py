@@ -238,7 +238,7 @@ def demo(config_path: Path | None, db_path: Path, out_path: Path, runs: int, see
     OTEL_EXPORTER_OTLP_ENDPOINT when it is set, else to an OTLP-JSON file.
     Ends with a summary and the span trees of a failed and a RAG-heavy run.
     """
-    base = load(config_path)
+    base = load(config_path, demo=True)
     # The demo speaks through its summary; keep the daemon's INFO lines out of it.
     logging.getLogger().setLevel(max(logging.getLogger().level, logging.WARNING))
     guarded(lambda: _demo(base, db_path, out_path, runs, seed, anchor))

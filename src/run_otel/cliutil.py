@@ -4,6 +4,7 @@ config once, and turning known failures into one line and an exit code."""
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import replace
@@ -29,8 +30,8 @@ CONFIG_OPTION = click.option(
     "config_path",
     type=click.Path(dir_okay=False, path_type=Path),
     envvar="RUN_OTEL_CONFIG",
-    help="TOML config file (env RUN_OTEL_CONFIG). Every key is documented in config/run-otel.toml; "
-    "RUN_OTEL_<SECTION>__<KEY> variables override it.",
+    help="TOML config file (env RUN_OTEL_CONFIG). `run-otel config --example` prints every key with "
+    "its default; RUN_OTEL_<SECTION>__<KEY> variables override it.",
 )
 
 
@@ -39,7 +40,14 @@ def fail(message: str, code: int = EXIT_FAILED) -> None:
     sys.exit(code)
 
 
-def load(config_path: Path | None, shard: str | None = None) -> Config:
+def load(config_path: Path | None, shard: str | None = None, demo: bool = False) -> Config:
+    if not demo and not config_path and not os.environ.get("RUN_OTEL_SOURCE__URL"):
+        # The defaults point at the demo's SQLite files: never run against them by accident.
+        fail(
+            "no config: pass --config FILE or set RUN_OTEL_CONFIG (or RUN_OTEL_SOURCE__URL); "
+            "`run-otel config --example` prints one to start from, and `run-otel demo` needs none",
+            EXIT_USAGE,
+        )
     try:
         config = load_config(config_path)
         if shard:

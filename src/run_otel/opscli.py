@@ -125,4 +125,16 @@ def export_command(config_path: Path | None, run_ids: tuple[str, ...], incomplet
     guarded(body)
 
 
-COMMANDS = (status, rewind, export_command)
+@click.command("config")
+@click.option("--example", is_flag=True, required=True, help="Print the documented example: every key, its default and what it does.")
+def config_command(example: bool) -> None:
+    """Print the documented example config (every key with its default).
+
+    Start a deployment with: run-otel config --example > /etc/run-otel/run-otel.toml
+    """
+    from importlib.resources import files
+
+    click.echo(files("run_otel").joinpath("example.toml").read_text(encoding="utf-8"), nl=False)
+
+
+COMMANDS = (status, rewind, export_command, config_command)
