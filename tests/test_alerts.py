@@ -16,6 +16,7 @@ PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 
 RUNS = 'diagnosis_runs_total{{status="{status}",intent="DIAGNOSIS",release_outcome="{status}"}}'
 LABELS = '{}{{job="run-otel",instance="{}"}}'
+BACKLOG = 'run_otel_backlog_runs{job="run-otel",instance="a:9464",shard="default"}'
 TOOLS = 'diagnosis_tool_invocations_total{{tool_name="{tool}",retrieval_layer="L0",relevance_level="PRECISE",success="{ok}"}}'
 
 
@@ -72,6 +73,13 @@ SCENARIOS = [
     ], "25m", []),
     ("RunOtelExportStalled", "healthy", [{"series": "run_otel_last_success_timestamp_seconds", "values": "0+60x60"}], "40m", []),
     ("RunOtelExportStalled", "short spike", [{"series": "run_otel_last_success_timestamp_seconds", "values": "0+60x10 600x7 1080+60x40"}], "25m", []),
+    ("RunOtelBacklogGrowing", "sustained breach", [{"series": BACKLOG, "values": "0+50x60"}], "40m",
+     [({"severity": "ticket", "job": "run-otel", "instance": "a:9464", "shard": "default"},
+       "run-otel a:9464 shard default is 2000 runs behind and falling further")]),
+    # Far behind but draining: no page for a backfill that is catching up.
+    ("RunOtelBacklogGrowing", "draining", [{"series": BACKLOG, "values": "5000-50x60"}], "40m", []),
+    ("RunOtelBacklogGrowing", "short spike", [{"series": BACKLOG, "values": "0x10 0+200x10 2000-200x10 0x30"}], "40m", []),
+    ("RunOtelBacklogGrowing", "low", [{"series": BACKLOG, "values": "0+5x60"}], "40m", []),
     ("RunOtelDown", "sustained breach", [{"series": 'up{job="run-otel"}', "values": "1x10 0x30"}], "25m",
      [({"severity": "page", "job": "run-otel"}, "run-otel is down or not scraped")]),
     ("RunOtelDown", "never scraped", [{"series": 'up{job="other"}', "values": "1x30"}], "25m",
@@ -113,7 +121,7 @@ def _test_file(tmp_path: Path) -> Path:
 def test_rules_pass_promtool_check():
     done = subprocess.run([PROMTOOL, "check", "rules", str(RULES)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 6 rules found" in done.stdout
+    assert "SUCCESS: 7 rules found" in done.stdout
 
 
 def test_every_alert_fires_and_stays_silent_under_promtool(tmp_path):
@@ -130,6 +138,7 @@ def test_every_alert_has_a_firing_and_a_silent_case():
         "DiagnosisToolErrorRateHigh",
         "RunOtelExportStalled",
         "RunOtelDown",
+        "RunOtelBacklogGrowing",
         "DiagnosisRunsStuckPending",
     }
     for alert in alerts:

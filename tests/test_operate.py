@@ -104,3 +104,39 @@ def _checkpoint_rows(tmp_path) -> list:
         return []
     with sqlite3.connect(tmp_path / "state.db") as conn:
         return conn.execute("SELECT name FROM run_otel_checkpoint").fetchall()
+
+
+def test_the_backlog_gauge_counts_every_waiting_run_during_an_outage(agent_db, tmp_path):
+    """Receiver down: 6 finished runs wait above the checkpoint, and the gauge says 6."""
+    from servers import Receiver, free_port
+
+    from run_otel.config import build_config
+    from run_otel.export import ExportError
+    from run_otel.metrics import build_metrics
+    from run_otel.wiring import build_poller
+
+    add_runs(agent_db, ["UTC_TIMESTAMP() - INTERVAL 10 MINUTE"] * 2)
+    receiver = Receiver()
+    receiver.start()
+    sections = bridge_sections(agent_db, tmp_path, receiver.endpoint, poll={"start_from": "beginning"},
+                               metrics={"enabled": True, "port": free_port()}, export={"max_attempts": 1, "timeout_seconds": 2})
+    config = build_config(sections)
+    metrics = build_metrics(config)
+    poller = build_poller(config, recorder=metrics)
+    assert poller.poll().run_count == 2
+    assert _gauge(metrics, "run_otel_backlog_runs") == 0
+    receiver.stop()
+    add_runs(agent_db, ["UTC_TIMESTAMP() - INTERVAL 9 MINUTE"] * 5 + ["UTC_TIMESTAMP() - INTERVAL 8 MINUTE"])
+    try:
+        poller.poll()
+        raise AssertionError("the receiver is down: the poll must fail")
+    except ExportError:
+        pass
+    assert _gauge(metrics, "run_otel_backlog_runs") == 6
+    assert 115 <= _gauge(metrics, "run_otel_lag_seconds") <= 125
+    metrics.shutdown()
+
+
+def _gauge(metrics, name: str) -> float:
+    (value,) = [s.value for f in metrics.registry.collect() for s in f.samples if s.name == name]
+    return value

@@ -21,6 +21,10 @@ THRESHOLDS = {
     "for": "15m",
     # no successful poll for this long (seconds)
     "stall_seconds": 300,
+    # run ids not yet exported, and still growing over BACKLOG_WINDOW, held for BACKLOG_FOR
+    "backlog_runs": 500,
+    "backlog_window": "15m",
+    "backlog_for": "15m",
     # runs waiting to finish, held for STUCK_FOR
     "pending_runs": 100,
     "stuck_for": "30m",
@@ -131,6 +135,24 @@ def rules() -> dict:
                                 "succeeded since it started, suspect the first deploy: a password, a grant, the endpoint. "
                                 "Check run_otel_export_failures_total, `run-otel check`, and the bridge's log for the "
                                 "database or OTLP error. Nothing is lost: the checkpoint resumes when the cause is fixed."
+                            ),
+                        },
+                    },
+                    {
+                        "alert": "RunOtelBacklogGrowing",
+                        "expr": (
+                            f"{I.BACKLOG_RUNS.prometheus} > {THRESHOLDS['backlog_runs']}\nand\n"
+                            f"deriv({I.BACKLOG_RUNS.prometheus}[{THRESHOLDS['backlog_window']}]) > 0"
+                        ),
+                        "for": THRESHOLDS["backlog_for"],
+                        "labels": {"severity": "ticket"},
+                        "annotations": {
+                            "summary": "run-otel {{ $labels.instance }} shard {{ $labels.shard }} is {{ $value }} runs behind and falling further",
+                            "description": (
+                                f"More than {THRESHOLDS['backlog_runs']} run ids wait above the checkpoint and the backlog "
+                                f"kept growing for {THRESHOLDS['backlog_for']}: the agent writes faster than this instance exports. "
+                                "See `run-otel status`, run_otel_lag_seconds and the poll duration; add shards (--shard) "
+                                "or raise poll.batch_size."
                             ),
                         },
                     },

@@ -242,6 +242,15 @@ def health_dashboard() -> Dashboard:
         )
         .with_panel(
             _timeseries(
+                "Backlog per shard",
+                "short",
+                _query(I.BACKLOG_RUNS.prometheus, "{{instance}} {{shard}} runs"),
+                description="Run ids above the checkpoint after each poll; run_otel_lag_seconds is the same gap in time.",
+            )
+        )
+        .with_panel(_timeseries("Lag per shard", "s", _query(I.LAG.prometheus, "{{instance}} {{shard}}")))
+        .with_panel(
+            _timeseries(
                 "Spans exported and rejected",
                 "short",
                 _query(f"sum(rate({I.EXPORTED_SPANS.prometheus}[{RATE}]))", "exported/s"),

@@ -60,6 +60,8 @@ POLL_DURATION = Instrument("run_otel.poll.duration", HISTOGRAM, "s", "Time per p
 EXPORT_DELAY = Instrument("run_otel.export.delay", HISTOGRAM, "s", "From a run being settled to its acknowledgement.")
 PENDING_RUNS = Instrument("run_otel.pending.runs", GAUGE, "{run}", "Runs waiting to finish or settle.")
 LAST_SUCCESS = Instrument("run_otel.last_success.timestamp", GAUGE, "s", "Unix time of the last successful poll.")
+BACKLOG_RUNS = Instrument("run_otel.backlog.runs", GAUGE, "{run}", "Run ids between the checkpoint and the newest run.", ("shard",))
+LAG = Instrument("run_otel.lag", GAUGE, "s", "The newest run's created_at minus the checkpoint run's.", ("shard",))
 START_TIME = Instrument("run_otel.start.timestamp", GAUGE, "s", "Unix time this instance started.")
 STANDBY = Instrument("run_otel.standby", GAUGE, "1", "1 while an HA standby waits for the lease, else 0.")
 
@@ -75,6 +77,8 @@ HEALTH_INSTRUMENTS = (
     LAST_SUCCESS,
     START_TIME,
     STANDBY,
+    BACKLOG_RUNS,
+    LAG,
 )
 ALL = RUN_INSTRUMENTS + HEALTH_INSTRUMENTS
 

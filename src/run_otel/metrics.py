@@ -23,6 +23,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from . import __version__
 from . import instruments as I
+from .checkpoint import shard_name
 from .config import Config
 from .mapping import MAX_DURATION_MS
 from .poller import PollResult, Recorder
@@ -60,6 +61,7 @@ class BridgeMetrics(Recorder):
         self.provider = MeterProvider(metric_readers=readers, views=views, resource=resource)
         meter = self.provider.get_meter("run_otel", __version__)
         self._settle = config.poll.settle_seconds
+        self._shard = shard_name(config)
         self._i = {}
         for instrument in I.ALL:
             factory = {
@@ -146,6 +148,11 @@ class BridgeMetrics(Recorder):
                 self.last_success = time.time()
                 self._get(I.LAST_SUCCESS).set(self.last_success)
                 self._get(I.PENDING_RUNS).set(pending)
+
+    def backlog(self, runs: int, seconds: float | None) -> None:
+        self._get(I.BACKLOG_RUNS).set(runs, {"shard": self._shard})
+        if seconds is not None:
+            self._get(I.LAG).set(seconds, {"shard": self._shard})
 
     def set_standby(self, standby: bool) -> None:
         self.standby = standby

@@ -21,7 +21,7 @@ from .encoding import FastEncoder
 from .export import Ack, Sink
 from .mapping import MappedRun, Mapper, shard_of
 from .rows import TERMINAL_STATUSES, RunRow, ToolRow, is_terminal
-from .source import Source
+from .source import Source, SourceError
 from .transitions import Rules, advance, classify, expire_gaps, initial_checkpoint, timed_out
 
 log = logging.getLogger(__name__)
@@ -79,6 +79,8 @@ class Recorder:
 
     def row_warnings(self, count: int) -> None: ...
 
+    def backlog(self, runs: int, seconds: float | None) -> None: ...
+
 
 class Poller:
     def __init__(
@@ -105,6 +107,7 @@ class Poller:
         self._encoder = encoder
         self._rules = Rules.from_config(config.poll)
         self._zone_checked = False
+        self._high_water: int | None = None
         self._shard_index, self._shard_total = config.shard
         self._unknown_statuses: set[str | None] = set()
         self.stop_requested = threading.Event()
@@ -136,8 +139,10 @@ class Poller:
                     break
         except Exception:
             self._recorder.poll_finished(self._clock() - started, ok=False, pending=total.pending)
+            self._record_backlog()  # an outage is when the backlog matters most
             raise
         self._recorder.poll_finished(self._clock() - started, ok=True, pending=total.pending)
+        self._record_backlog()
         return total
 
     def export_runs(self, runs: Sequence[RunRow], incomplete_ids: set[int] = frozenset()) -> PollResult:
@@ -198,6 +203,7 @@ class Poller:
 
     def _poll_batch(self) -> PollResult:
         checkpoint = self._load_checkpoint()
+        self._high_water = checkpoint.high_water
         self._check_zone_once()
         now = self._clock()
         new_runs = self._source.runs_after(checkpoint.high_water, self._poll.batch_size)
@@ -219,11 +225,32 @@ class Poller:
             raise
         acked_at = self._clock()
         self._store.save(following, acked_at)
+        self._high_water = following.high_water
         result.pending, result.gaps = len(following.pending), len(following.gaps)
         result.full_batch = len(new_runs) >= self._poll.batch_size
         result.next_settle_at = decided.next_settle_at
         self._recorder.runs_exported(result, acked_at)
         return result
+
+    def _record_backlog(self) -> None:
+        """What is left after the poll: run ids above the checkpoint, and how much newer they are."""
+        if self._high_water is None:
+            return
+        try:
+            newest = self._source.newest_run()
+            mark = self._source.created_at_from(self._high_water) if self._high_water else None
+        except SourceError:
+            return  # the database is away: the poll's own error says so
+        if newest is None:
+            return
+        newest_id, newest_at = newest
+        if newest_id <= self._high_water:
+            self._recorder.backlog(0, 0.0)
+            return
+        newest_epoch = self._source_clock.epoch(newest_at)
+        mark_epoch = self._source_clock.epoch(mark[1]) if mark else None
+        seconds = max(newest_epoch - mark_epoch, 0.0) if newest_epoch is not None and mark_epoch is not None else None
+        self._recorder.backlog(newest_id - self._high_water, seconds)
 
     def _load_checkpoint(self) -> Checkpoint:
         saved = self._store.load()
