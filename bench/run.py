@@ -37,9 +37,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))  # the test suite's server harness
 
-import grpc  # noqa: E402
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc  # noqa: E402
-from servers import MariaDB, free_port, wait_for  # noqa: E402
+import grpc
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+from servers import MariaDB, free_port, wait_for
 
 # -- a receiver that only counts, in its own process ---------------------------------
 
@@ -51,7 +51,7 @@ def _count_spans(blob: bytes) -> int:
 
 def _counting_receiver(port: int, counter, arrivals) -> None:
     class Service(trace_service_pb2_grpc.TraceServiceServicer):
-        def Export(self, request, context):  # noqa: N802
+        def Export(self, request, context):
             spans = 0
             now = time.time()
             for rs in request.resource_spans:

@@ -26,4 +26,8 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[test]'
 
+# Lint and types first: a wrong name fails in seconds, not after the servers start.
+.venv/bin/ruff check src tests bench scripts
+.venv/bin/mypy
+
 exec .venv/bin/python -m pytest "$@"

@@ -157,10 +157,10 @@ class MariaDB:
 
 
 class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
-    def __init__(self, receiver: "Receiver"):
+    def __init__(self, receiver: Receiver):
         self._receiver = receiver
 
-    def Export(self, request, context):  # noqa: N802 - gRPC's name
+    def Export(self, request, context):
         return self._receiver.accept(request)
 
 

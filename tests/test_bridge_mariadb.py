@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from conftest import bridge_sections, run_cli, table_rows, utc_now_naive, write_config
@@ -23,7 +23,7 @@ TERMINAL = ("SUCCESS", "FALLBACK", "FAILED", "CANCELLED")
 
 
 def epoch_ns(dt: datetime) -> int:
-    return int(dt.replace(tzinfo=timezone.utc).timestamp()) * 1_000_000_000
+    return int(dt.replace(tzinfo=UTC).timestamp()) * 1_000_000_000
 
 
 def attrs_of(span) -> dict:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -65,7 +65,7 @@ def mapper(**sections) -> Mapper:
 
 
 def ns(dt: datetime) -> int:
-    return int(dt.replace(tzinfo=timezone.utc).timestamp()) * 1_000_000_000
+    return int(dt.replace(tzinfo=UTC).timestamp()) * 1_000_000_000
 
 
 # -- ids ----------------------------------------------------------------------

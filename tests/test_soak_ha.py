@@ -7,7 +7,7 @@ import random
 import threading
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from conftest import DaemonProcess, bridge_sections, received_roots, terminal_trace_ids, write_config
 from servers import wait_for
@@ -27,7 +27,7 @@ class Load(threading.Thread):
         self.error: Exception | None = None
 
     def now(self) -> str:
-        return datetime.now(timezone.utc).replace(tzinfo=None).strftime("%Y-%m-%d %H:%M:%S")
+        return datetime.now(UTC).replace(tzinfo=None).strftime("%Y-%m-%d %H:%M:%S")
 
     def run(self) -> None:
         try:

@@ -269,7 +269,7 @@ def _write_pki(folder: Path) -> dict[str, Path]:
     def key():
         return rsa.generate_private_key(public_exponent=65537, key_size=2048)
 
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     ca_key, server_key = key(), key()
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "run-otel test CA")])
     ca = (

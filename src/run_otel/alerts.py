@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from . import instruments as I
 
-THRESHOLDS = {
+THRESHOLDS: dict = {
     # share of finished runs, over WINDOW, with at least MIN_RUNS runs in it
     "run_failure_ratio": 0.10,
     "run_fallback_ratio": 0.20,

@@ -6,17 +6,13 @@ opentelemetry-semantic-conventions; the rest are run-otel's own
 keys that Arize Phoenix and Langfuse read.
 """
 
+from opentelemetry.semconv._incubating.attributes import deployment_attributes
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
+from opentelemetry.semconv._incubating.attributes import service_attributes as incubating_service
 from opentelemetry.semconv._incubating.attributes import session_attributes as session
 from opentelemetry.semconv.attributes import error_attributes, service_attributes
 
-try:  # deployment.environment.name moved between semconv releases
-    from opentelemetry.semconv._incubating.attributes.deployment_attributes import (
-        DEPLOYMENT_ENVIRONMENT_NAME,
-    )
-except ImportError:  # pragma: no cover
-    DEPLOYMENT_ENVIRONMENT_NAME = "deployment.environment.name"
-
+DEPLOYMENT_ENVIRONMENT_NAME = deployment_attributes.DEPLOYMENT_ENVIRONMENT_NAME
 GEN_AI_OPERATION_NAME = gen_ai.GEN_AI_OPERATION_NAME
 GEN_AI_AGENT_NAME = gen_ai.GEN_AI_AGENT_NAME
 GEN_AI_PROVIDER_NAME = gen_ai.GEN_AI_PROVIDER_NAME
@@ -29,7 +25,7 @@ GEN_AI_TOOL_CALL_RESULT = gen_ai.GEN_AI_TOOL_CALL_RESULT
 SESSION_ID = session.SESSION_ID
 ERROR_TYPE = error_attributes.ERROR_TYPE
 SERVICE_NAME = service_attributes.SERVICE_NAME
-SERVICE_NAMESPACE = "service.namespace"
+SERVICE_NAMESPACE = incubating_service.SERVICE_NAMESPACE
 
 OPERATION_INVOKE_AGENT = "invoke_agent"
 OPERATION_EXECUTE_TOOL = "execute_tool"

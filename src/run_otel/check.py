@@ -81,11 +81,11 @@ def _index_columns(source: Source, table: str) -> dict[str, tuple[str, ...]]:
     inspector = inspect(source.engine)
     if not inspector.has_table(table):
         return {}
-    found = {"PRIMARY": tuple(inspector.get_pk_constraint(table).get("constrained_columns") or ())}
+    found: dict[str, tuple[str, ...]] = {"PRIMARY": tuple(inspector.get_pk_constraint(table).get("constrained_columns") or ())}
     for index in inspector.get_indexes(table):
-        found[index["name"]] = tuple(index["column_names"])
+        found[str(index["name"])] = tuple(str(c) for c in index["column_names"])
     for unique in inspector.get_unique_constraints(table):
-        found[unique["name"]] = tuple(unique["column_names"])
+        found[str(unique["name"])] = tuple(str(c) for c in unique["column_names"])
     return found
 
 
@@ -107,7 +107,8 @@ def _check_privileges(source: Source) -> Iterator[Finding]:
     with source.engine.connect() as conn:
         grants = [row[0] for row in conn.execute(text("SHOW GRANTS FOR CURRENT_USER()"))]
         database = conn.execute(text("SELECT DATABASE()")).scalar()
-    writes, wide = set(), []
+    writes: set[str] = set()
+    wide: list[str] = []
     for grant in grants:
         match = re.match(r"GRANT (.+?) ON (\S+) TO", grant)
         if not match:

@@ -47,7 +47,7 @@ class Checkpoint:
     # missing primary key below the high-water mark -> when it was first missed
     gaps: dict[int, float] = field(default_factory=dict)
 
-    def copy(self) -> "Checkpoint":
+    def copy(self) -> Checkpoint:
         return Checkpoint(self.high_water, dict(self.pending), dict(self.gaps))
 
 

@@ -7,7 +7,7 @@ import os
 import signal
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import click
@@ -22,7 +22,7 @@ from .clock import SourceClock
 from .config import Config
 from .daemon import Daemon, summary
 from .demo import demo_config, generate, interesting_runs, seed_demo_database, summary_rows
-from .export import JsonFileSink, build_sink
+from .export import JsonFileSink, Sink, build_sink
 from .mapping import trace_id_for
 from .opscli import COMMANDS as OPERATOR_COMMANDS
 from .poller import PollResult
@@ -80,7 +80,7 @@ def run(config_path: Path | None, shard: str | None) -> None:
 
 
 def _utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 _TIME = TimeParam()
@@ -252,6 +252,7 @@ def _demo(base: Config, db_path: Path, out_path: Path, runs: int, seed: int, anc
     state_path = db_path.with_name(db_path.name + ".state")
     state_path.unlink(missing_ok=True)
     config = demo_config(base, db_path, state_path)
+    sink: Sink
     if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
         sink = build_sink(config)
     else:

@@ -11,10 +11,10 @@ to the minute while reading hours old in the configured one.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _NAIVE_EPOCH = datetime(1970, 1, 1)
 
 # A row this far ahead of the database's UTC clock is "in the future".
@@ -95,7 +95,7 @@ def format_offset(offset: timedelta) -> str:
 
 def zones_for(offset: timedelta, at: datetime | None = None) -> list[str]:
     """Common IANA zones at ``offset`` (at ``at``), else the Etc/GMT zone for it."""
-    at = at or datetime.now(timezone.utc).replace(tzinfo=None)
+    at = at or datetime.now(UTC).replace(tzinfo=None)
     found = [name for name in _COMMON_ZONES if at.replace(tzinfo=ZoneInfo(name)).utcoffset() == offset]
     if found:
         return found[:2]

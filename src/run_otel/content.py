@@ -61,7 +61,7 @@ class Cleaner:
     max_length: int
 
     @classmethod
-    def build(cls, extra_patterns: Iterable[str], max_length: int) -> "Cleaner":
+    def build(cls, extra_patterns: Iterable[str], max_length: int) -> Cleaner:
         extra = tuple(re.compile(p) for p in (*PII_PATTERNS, *extra_patterns))
         return cls(Redactor.for_secrets(extra), max_length)
 
@@ -76,6 +76,7 @@ class Cleaner:
 
 
 Pairs = list[tuple[str, str]]
+MaybePairs = list[tuple[str, str | None]]
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ class ContentPolicy:
     cleaner: Cleaner
 
     @classmethod
-    def build(cls, content: ContentConfig, conventions: Iterable[str]) -> "ContentPolicy":
+    def build(cls, content: ContentConfig, conventions: Iterable[str]) -> ContentPolicy:
         return cls(content.capture, "openinference" in conventions, Cleaner.build(content.redact, content.max_length))
 
     # -- what is read -----------------------------------------------------------
@@ -106,7 +107,9 @@ class ContentPolicy:
         if not self.capture:
             return []
         clean = self.cleaner.clean
-        pairs = [(A.RUN_QUERY, clean(query)), (A.RUN_ANSWER, clean(answer)), (A.RUN_PUBLISHED_RESULT, clean(published_result))]
+        pairs: MaybePairs = [
+            (A.RUN_QUERY, clean(query)), (A.RUN_ANSWER, clean(answer)), (A.RUN_PUBLISHED_RESULT, clean(published_result))
+        ]
         if self.openinference:
             pairs += [(A.OI_INPUT_VALUE, clean(query)), (A.OI_OUTPUT_VALUE, clean(answer))]
         return _present(pairs)
@@ -117,7 +120,7 @@ class ContentPolicy:
             return []
         clean = self.cleaner.clean
         result = result if succeeded else None
-        pairs = [
+        pairs: MaybePairs = [
             (A.GEN_AI_TOOL_CALL_ARGUMENTS, clean(arguments)),
             (A.GEN_AI_TOOL_CALL_RESULT, clean(result)),
             (A.RAG_EVIDENCE_REFS, clean(evidence_json)),
@@ -127,5 +130,5 @@ class ContentPolicy:
         return _present(pairs)
 
 
-def _present(pairs: Pairs) -> Pairs:
+def _present(pairs: MaybePairs) -> Pairs:
     return [(key, value) for key, value in pairs if value is not None]

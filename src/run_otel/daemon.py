@@ -16,7 +16,7 @@ import signal
 import sys
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from . import __version__
 from .checkpoint import CheckpointError, shard_name
@@ -121,7 +121,7 @@ class Daemon:
     def _wake_at(self, at: float, job_id: str) -> None:
         if self._scheduler is None:
             return
-        run_date = datetime.fromtimestamp(max(at, time.time()) + 0.05, timezone.utc)
+        run_date = datetime.fromtimestamp(max(at, time.time()) + 0.05, UTC)
         self._scheduler.add_job(self._tick, "date", run_date=run_date, id=job_id, replace_existing=True)
 
     # -- the loop -------------------------------------------------------------------
@@ -141,7 +141,7 @@ class Daemon:
             max_instances=1,
             coalesce=True,
             misfire_grace_time=None,
-            next_run_time=datetime.now(timezone.utc),
+            next_run_time=datetime.now(UTC),
         )
         signal.signal(signal.SIGTERM, self.stop)
         signal.signal(signal.SIGINT, self.stop)

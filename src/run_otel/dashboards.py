@@ -52,7 +52,7 @@ def _explore(datasource: str, query: dict) -> str:
     return "/explore?schemaVersion=1&panes=" + quote(json.dumps(pane, separators=(",", ":")), safe="${}_")
 
 
-def failed_run_links() -> list[DashboardLink]:
+def failed_run_links() -> list:
     """Links from run panels to the failed runs' traces, in Tempo and in Jaeger."""
     traceql = f'{{ resource.service.name = "{SERVICE}" && span.diagnosis.run.status = "FAILED" }}'
     return [
@@ -97,7 +97,7 @@ def _intent_variable() -> QueryVariable:
 def runs_dashboard() -> Dashboard:
     runs = I.RUNS.prometheus
     finished = f"sum(rate({runs}{{{INTENT}}}[{RATE}]))"
-    share = lambda status: f'sum(rate({runs}{{status="{status}",{INTENT}}}[{RATE}])) / {finished}'  # noqa: E731
+    share = lambda status: f'sum(rate({runs}{{status="{status}",{INTENT}}}[{RATE}])) / {finished}'
     duration = I.RUN_DURATION.series("_bucket")
     return (
         _base("run-otel-runs", "Diagnosis runs", "Outcomes, failure and fallback rate, duration and tokens of the agent's runs.")

@@ -197,7 +197,7 @@ def insert_workload(engine: Engine, workload: Workload, create: bool = False) ->
 # -- the `run-otel demo` command ------------------------------------------------
 
 
-def demo_config(base: "Config", db_path: Path, state_path: Path) -> "Config":
+def demo_config(base: Config, db_path: Path, state_path: Path) -> Config:
     """The demo's settings: its own SQLite source and state, everything from the start."""
     return replace(
         base,

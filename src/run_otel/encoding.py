@@ -54,7 +54,7 @@ def encode_span(span: SpanData) -> Span:
         start_time_unix_nano=span.start_ns,
         end_time_unix_nano=span.end_ns,
         attributes=[KeyValue(key=k, value=any_value(v)) for k, v in span.attributes],
-        status=Status(code=span.status_code, message=span.status_message),
+        status=Status(code=span.status_code, message=span.status_message),  # type: ignore[arg-type]  # enum ints
     )
 
 

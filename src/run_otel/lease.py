@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import logging
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
 log = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ class MySqlLease:
         self._engine = engine
         self._name = name
         self._timeout = max(1, int(takeover_seconds))
-        self._conn = None
+        self._conn: Connection | None = None
         self._was_held: bool | None = None
 
     def held(self) -> bool:
@@ -75,8 +75,10 @@ class MySqlLease:
         return False
 
     def _still_held(self) -> bool:
-        mine = self._conn.execute(text("SELECT IS_USED_LOCK(:name) = CONNECTION_ID()"), {"name": self._name}).scalar()
-        self._conn.commit()
+        conn = self._conn
+        assert conn is not None  # called only while a connection is held
+        mine = conn.execute(text("SELECT IS_USED_LOCK(:name) = CONNECTION_ID()"), {"name": self._name}).scalar()
+        conn.commit()
         if mine == 1:
             return True
         self._drop()

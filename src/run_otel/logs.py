@@ -11,7 +11,7 @@ import json
 import logging
 import sys
 from collections.abc import Iterable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from .config import Config
 from .redaction import Redactor
@@ -25,7 +25,7 @@ _CHATTY = {"apscheduler": logging.WARNING}
 
 def utc_iso(created: float) -> str:
     """A record time as ISO 8601 in UTC, to the millisecond: 2026-12-03T08:15:02.113Z."""
-    return datetime.fromtimestamp(created, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 class JsonFormatter(logging.Formatter):
@@ -44,7 +44,7 @@ class TextFormatter(logging.Formatter):
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
 
-    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802 - logging's name
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
         return utc_iso(record.created)
 
 

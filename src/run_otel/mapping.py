@@ -11,7 +11,7 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple, Union
+from typing import Any, NamedTuple
 
 from . import attributes as A
 from .clock import SourceClock
@@ -19,7 +19,7 @@ from .config import Config
 from .content import ContentPolicy
 from .rows import RELEVANCE_LEVELS, RETRIEVAL_LAYERS, RunRow, ToolRow
 
-AttrValue = Union[str, bool, int, float, tuple[str, ...]]
+AttrValue = str | bool | int | float | tuple[str, ...]
 
 STATUS_UNSET = 0
 STATUS_ERROR = 2
@@ -153,7 +153,7 @@ class Mapper:
         return start_ns, end_ns
 
     @staticmethod
-    def _run_status(run: RunRow, incomplete: bool) -> dict:
+    def _run_status(run: RunRow, incomplete: bool) -> dict[str, Any]:
         # An unknown status is UNSET like SUCCESS; the poller logs it once per value.
         if incomplete:
             return {"status_code": STATUS_ERROR, "status_message": "run did not finish in time"}
@@ -215,7 +215,7 @@ class Mapper:
         duration = _valid_duration(tool.duration_ms, warnings, "tool_invocation", tool.id, "duration_ms")
         length_ns = (duration or 0) * _NS_PER_MS
         start_ns, end_ns = (at_ns, at_ns + length_ns) if self._anchor_start else (at_ns - length_ns, at_ns)
-        status = {}
+        status: dict[str, Any] = {}
         if tool.success is False:
             status = {"status_code": STATUS_ERROR, "status_message": self._content.error_text(tool.error_message)}
         return SpanData(

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.sdk.metrics import MeterProvider
@@ -62,13 +63,14 @@ class BridgeMetrics(Recorder):
         meter = self.provider.get_meter("run_otel", __version__)
         self._settle = config.poll.settle_seconds
         self._shard = shard_name(config)
-        self._i = {}
+        self._i: dict[str, Any] = {}
+        factories: dict[str, Callable[..., Any]] = {
+            I.COUNTER: meter.create_counter,
+            I.HISTOGRAM: meter.create_histogram,
+            I.GAUGE: meter.create_gauge,
+        }
         for instrument in I.ALL:
-            factory = {
-                I.COUNTER: meter.create_counter,
-                I.HISTOGRAM: meter.create_histogram,
-                I.GAUGE: meter.create_gauge,
-            }[instrument.kind]
+            factory = factories[instrument.kind]
             self._i[instrument.name] = factory(instrument.name, unit=instrument.unit, description=instrument.description)
         self._lock = threading.Lock()
         self.last_poll_ok = False
@@ -182,7 +184,7 @@ class HealthServer:
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, name="run-otel-http", daemon=True)
 
-    def start(self) -> "HealthServer":
+    def start(self) -> HealthServer:
         self._thread.start()
         return self
 
@@ -193,7 +195,7 @@ class HealthServer:
 
 def _handler(registry: CollectorRegistry | None, ready: Callable[[], tuple[bool, str]], alive: Callable[[], tuple[bool, str]]):
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 - http.server's name
+        def do_GET(self):
             path = self.path.split("?", 1)[0]
             if path == "/metrics" and registry is not None:
                 self._reply(200, generate_latest(registry), CONTENT_TYPE_LATEST)
@@ -252,9 +254,9 @@ def build_metrics(config: Config) -> BridgeMetrics:
 def _otlp_metric_exporter(config: Config):
     endpoint = config.export_endpoint()
     if config.export.protocol == "http/protobuf":
-        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpExporter
 
-        return OTLPMetricExporter(endpoint=endpoint.rstrip("/") + "/v1/metrics", headers=config.export.headers)
-    from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+        return HttpExporter(endpoint=endpoint.rstrip("/") + "/v1/metrics", headers=config.export.headers)
+    from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcExporter
 
-    return OTLPMetricExporter(endpoint=endpoint, insecure=config.export.insecure, headers=config.export.headers or None)
+    return GrpcExporter(endpoint=endpoint, insecure=config.export.insecure, headers=config.export.headers or None)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import click
@@ -45,7 +45,7 @@ def status(config_path: Path | None, as_json: bool) -> None:
         table = Table("shard", "high-water id", "newest id", "lag (runs)", "lag", "pending", "gaps", "saved", box=None)
         for row in rows:
             lag = "-" if row.lag_seconds is None else f"{row.lag_seconds:.0f}s"
-            saved = datetime.fromtimestamp(row.saved_at, timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+            saved = datetime.fromtimestamp(row.saved_at, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
             table.add_row(row.shard, str(row.high_water_id), str(row.newest_id), str(row.lag_runs), lag,
                           str(row.pending_runs), str(row.gaps), f"{saved} ({time.time() - row.saved_at:.0f}s ago)")
         console = Console(highlight=False, soft_wrap=True)
@@ -82,8 +82,12 @@ def rewind(config_path: Path | None, to_id: int | None, since: datetime | None, 
         store = CheckpointStore(config, create=False)
         current = store.load()
         if current is None:
-            fail(f"no checkpoint for {store.name} in {store.describe()}: set poll.start_from instead")
-        first_id = to_id or source.first_id_created_at_or_after(SourceClock(config.source.timezone).naive(since))
+            raise click.ClickException(f"no checkpoint for {store.name} in {store.describe()}: set poll.start_from instead")
+        if to_id is not None:
+            first_id = to_id
+        else:
+            assert since is not None  # exactly one of the two, checked above
+            first_id = source.first_id_created_at_or_after(SourceClock(config.source.timezone).naive(since))
         if not yes and not click.confirm(
             f"move {store.name} in {store.describe()} from high-water id {current.high_water} so the next poll "
             f"exports from run id {first_id}?"

@@ -58,7 +58,7 @@ class PollResult:
     # When the first finished-but-unsettled run becomes exportable (Unix time).
     next_settle_at: float | None = None
 
-    def add(self, other: "PollResult") -> None:
+    def add(self, other: PollResult) -> None:
         self.run_count += other.run_count
         self.spans += other.spans
         self.rejected_spans += other.rejected_spans
@@ -145,7 +145,7 @@ class Poller:
         self._record_backlog()
         return total
 
-    def export_runs(self, runs: Sequence[RunRow], incomplete_ids: set[int] = frozenset()) -> PollResult:
+    def export_runs(self, runs: Sequence[RunRow], incomplete_ids: frozenset[int] | set[int] = frozenset()) -> PollResult:
         """Maps and sends ``runs`` with their tools; raises ExportError unless all were acked."""
         result = PollResult()
         tools = self._source.tools_for(r.run_id for r in runs) if runs else {}

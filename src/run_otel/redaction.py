@@ -120,7 +120,7 @@ class Redactor:
         self._patterns = tuple(patterns)
 
     @classmethod
-    def for_secrets(cls, extra: Iterable[Pattern[str]] = ()) -> "Redactor":
+    def for_secrets(cls, extra: Iterable[Pattern[str]] = ()) -> Redactor:
         return cls((*shape_patterns(), *provider_patterns(), *extra))
 
     def redact(self, text: str) -> str:

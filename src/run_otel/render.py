@@ -49,7 +49,7 @@ def _label(span: SpanData, keys: tuple[str, ...]) -> Text:
             label.append(f"  {_SHORT[key]}{attrs[key]}")
     paths = attrs.get(A.RAG_EVIDENCE_PATHS)
     if paths:
-        label.append("  evidence: " + " ".join(paths), style="dim")
+        label.append("  evidence: " + " ".join(paths if isinstance(paths, tuple) else [str(paths)]), style="dim")
     if span.status_code == STATUS_ERROR:
         label.append(f"  ERROR {attrs.get(A.ERROR_TYPE, '')}", style="bold red")
         if span.status_message:

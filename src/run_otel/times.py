@@ -4,7 +4,7 @@ offset) or relative to now (``90m``, ``24h``, ``7d``, ``2w``)."""
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import click
 
@@ -18,7 +18,7 @@ class TimeParam(click.ParamType):
 
     name = "TIME"
 
-    def __init__(self, now=lambda: datetime.now(timezone.utc)):
+    def __init__(self, now=lambda: datetime.now(UTC)):
         self._now = now
 
     def convert(self, value, param, ctx) -> datetime:

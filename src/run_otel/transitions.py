@@ -29,7 +29,7 @@ class Rules:
     trust_timestamps: bool = True
 
     @classmethod
-    def from_config(cls, poll: PollConfig, trust_timestamps: bool = True) -> "Rules":
+    def from_config(cls, poll: PollConfig, trust_timestamps: bool = True) -> Rules:
         return cls(poll.settle_seconds, poll.run_timeout_seconds, poll.gap_timeout_seconds, trust_timestamps)
 
 

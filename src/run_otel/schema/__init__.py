@@ -78,7 +78,7 @@ tool_invocation = Table(
 )
 
 # The indexes every run-otel statement is bounded by (SPEC section 2).
-REQUIRED_INDEXES = {
+REQUIRED_INDEXES: dict[str, dict[str, tuple[str, ...]]] = {
     "diagnosis_run": {"PRIMARY": ("id",), "run_id": ("run_id",)},
     "tool_invocation": {"PRIMARY": ("id",), "idx_tool_invocation_run_id": ("run_id", "id")},
 }
