@@ -75,3 +75,21 @@ def test_readme_lists_every_metric():
     readme = (ROOT / "README.md").read_text()
     for instrument in I.ALL:
         assert f"`{instrument.prometheus}`" in readme, instrument.prometheus
+
+
+def test_tool_latencies_under_100ms_fall_in_different_buckets():
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from run_otel.config import build_config
+    from run_otel.metrics import BridgeMetrics
+
+    reader = InMemoryMetricReader()
+    metrics = BridgeMetrics(build_config({}), [reader])
+    hist = metrics._get(I.TOOL_DURATION)
+    for seconds in (0.004, 0.02, 0.07):
+        hist.record(seconds, {"tool_name": "t", "success": "true"})
+    data = reader.get_metrics_data()
+    (point,) = [p for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics
+                if m.name == I.TOOL_DURATION.name for p in m.data.data_points]
+    assert sum(1 for count in point.bucket_counts if count) == 3
+    metrics.shutdown()

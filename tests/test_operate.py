@@ -140,3 +140,15 @@ def test_the_backlog_gauge_counts_every_waiting_run_during_an_outage(agent_db, t
 def _gauge(metrics, name: str) -> float:
     (value,) = [s.value for f in metrics.registry.collect() for s in f.samples if s.name == name]
     return value
+
+
+def test_a_successful_once_is_quiet_at_info(agent_db, otlp, tmp_path):
+    config = config_file(agent_db, tmp_path, otlp, poll={"start_from": "beginning"}, log={"level": "INFO"})
+    add_runs(agent_db, ["UTC_TIMESTAMP() - INTERVAL 10 MINUTE"] * 2)
+    assert run_cli("once", "--config", config).returncode == 0  # the first start says where it begins
+    add_runs(agent_db, ["UTC_TIMESTAMP() - INTERVAL 5 MINUTE"] * 36)
+    done = run_cli("once", "--config", config)
+    assert done.returncode == 0, done.stderr
+    assert "exported 36 runs" in done.stdout
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) <= 2, lines

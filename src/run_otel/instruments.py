@@ -12,6 +12,8 @@ COUNTER, HISTOGRAM, GAUGE = "counter", "histogram", "gauge"
 
 # Second-scale buckets, 0.1 s to 300 s, instead of the SDK's millisecond defaults.
 SECONDS_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
+# Tool calls are often a few milliseconds (a cache hit, an L0 lookup): buckets from 5 ms.
+TOOL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 
 
 @dataclass(frozen=True)
@@ -21,6 +23,7 @@ class Instrument:
     unit: str
     description: str
     labels: tuple[str, ...] = ()
+    buckets: tuple[float, ...] = SECONDS_BUCKETS  # histograms only
 
     @property
     def prometheus(self) -> str:
@@ -45,7 +48,9 @@ TOOL_INVOCATIONS = Instrument(
     "Tool invocations of exported runs.",
     ("tool_name", "retrieval_layer", "relevance_level", "success"),
 )
-TOOL_DURATION = Instrument("diagnosis.tool.duration", HISTOGRAM, "s", "Tool call duration (duration_ms).", ("tool_name", "success"))
+TOOL_DURATION = Instrument(
+    "diagnosis.tool.duration", HISTOGRAM, "s", "Tool call duration (duration_ms).", ("tool_name", "success"), TOOL_BUCKETS
+)
 RAG_MATCHES = Instrument("rag.matches", COUNTER, "{match}", "RAG matches by retrieval layer.", ("layer", "tool_name"))
 DEDUP = Instrument("rag.dedup", COUNTER, "{invocation}", "Deduplicated retrievals by reason.", ("dedup_reason", "tool_name"))
 ZERO_MATCH = Instrument(

@@ -53,7 +53,7 @@ class BridgeMetrics(Recorder):
     def __init__(self, config: Config, readers: list[MetricReader], registry: CollectorRegistry | None = None):
         self.registry = registry
         views = [
-            View(instrument_name=i.name, aggregation=ExplicitBucketHistogramAggregation(I.SECONDS_BUCKETS))
+            View(instrument_name=i.name, aggregation=ExplicitBucketHistogramAggregation(i.buckets))
             for i in I.ALL
             if i.kind == I.HISTOGRAM
         ]
