@@ -1,0 +1,106 @@
+"""The promtool unit tests of the alert rules: each alert fires on a sustained breach and
+stays silent on low traffic and on a spike shorter than its `for:`.
+
+``scripts/generate.py`` writes them with the rules, as ``config/prometheus/alerts_test.yml``,
+so an SRE who changes a threshold runs ``promtool test rules alerts_test.yml`` without pytest.
+"""
+
+from __future__ import annotations
+
+RUNS = 'diagnosis_runs_total{{status="{status}",intent="DIAGNOSIS",release_outcome="{status}"}}'
+LABELS = '{}{{job="run-otel",instance="{}"}}'
+BACKLOG = 'run_otel_backlog_runs{job="run-otel",instance="a:9464",shard="default"}'
+TOOLS = 'diagnosis_tool_invocations_total{{tool_name="{tool}",retrieval_layer="L0",relevance_level="PRECISE",success="{ok}"}}'
+
+
+def runs(success: str, other_status: str, other: str) -> list[dict]:
+    return [
+        {"series": RUNS.format(status="SUCCESS"), "values": success},
+        {"series": RUNS.format(status=other_status), "values": other},
+    ]
+
+
+def tools(tool: str, ok: str, failed: str) -> list[dict]:
+    return [
+        {"series": TOOLS.format(tool=tool, ok="true"), "values": ok},
+        {"series": TOOLS.format(tool=tool, ok="false"), "values": failed},
+    ]
+
+
+# (alert, case, input series, eval time, expected: list of (extra labels, summary))
+SCENARIOS = [
+    # 8 ok + 2 failed a minute: 20% for an hour.
+    ("DiagnosisRunFailureRateHigh", "sustained breach", runs("0+8x60", "FAILED", "0+2x60"), "40m",
+     [({"severity": "page"}, "20% of diagnosis runs failed over 10m")]),
+    # the same 50% share, but 1 run a minute: under the 20-runs-per-10m guard.
+    ("DiagnosisRunFailureRateHigh", "low traffic", runs("0+0.5x60", "FAILED", "0+0.5x60"), "40m", []),
+    # 40 failures in two minutes: over the ratio for ~11 minutes, under `for: 15m`.
+    ("DiagnosisRunFailureRateHigh", "short spike", runs("0+10x60", "FAILED", "0x20 20 40 40x37"), "30m", []),
+    ("DiagnosisRunFailureRateHigh", "healthy", runs("0+10x60", "FAILED", "0+0.2x60"), "40m", []),
+    ("DiagnosisRunFallbackRateHigh", "sustained breach", runs("0+6x60", "FALLBACK", "0+4x60"), "40m",
+     [({"severity": "ticket"}, "40% of diagnosis runs fell back over 10m")]),
+    ("DiagnosisRunFallbackRateHigh", "low traffic", runs("0+0.5x60", "FALLBACK", "0+0.5x60"), "40m", []),
+    ("DiagnosisRunFallbackRateHigh", "short spike", runs("0+10x60", "FALLBACK", "0x20 30 60 60x37"), "30m", []),
+    ("DiagnosisToolErrorRateHigh", "sustained breach", tools("query_logs", "0+5x60", "0+5x60") + tools("lookup_knowledge", "0+10x60", "0x60"), "40m",
+     [({"severity": "ticket", "tool_name": "query_logs"}, "Tool query_logs fails 50% of its calls")]),
+    ("DiagnosisToolErrorRateHigh", "low traffic", tools("query_logs", "0+0.5x60", "0+0.5x60"), "40m", []),
+    ("DiagnosisToolErrorRateHigh", "short spike", tools("query_logs", "0+10x60", "0x20 30 60 60x37"), "30m", []),
+    # time() starts at 0 in promtool: a gauge that tracks it is a healthy bridge.
+    ("RunOtelExportStalled", "sustained breach", [{"series": LABELS.format("run_otel_last_success_timestamp_seconds", "a:9464"), "values": "0+60x10 600x50"}], "25m",
+     [({"severity": "page", "job": "run-otel", "instance": "a:9464"}, "run-otel a:9464 has not completed a poll for 15m 0s")]),
+    # Up since 0 with a wrong password: never a success, so no last_success series at all.
+    ("RunOtelExportStalled", "never succeeded", [
+        {"series": LABELS.format("run_otel_start_timestamp_seconds", "a:9464"), "values": "0x40"},
+        {"series": LABELS.format("run_otel_standby", "a:9464"), "values": "0x40"},
+    ], "15m", [({"severity": "page", "job": "run-otel", "instance": "a:9464"}, "run-otel a:9464 has not completed a poll for 15m 0s")]),
+    # Three shards; shard b stops succeeding at 10m. Only b fires.
+    ("RunOtelExportStalled", "one stalled shard of three", [
+        {"series": LABELS.format("run_otel_last_success_timestamp_seconds", "a:9464"), "values": "0+60x40"},
+        {"series": LABELS.format("run_otel_last_success_timestamp_seconds", "b:9464"), "values": "0+60x10 600x30"},
+        {"series": LABELS.format("run_otel_last_success_timestamp_seconds", "c:9464"), "values": "0+60x40"},
+    ], "25m", [({"severity": "page", "job": "run-otel", "instance": "b:9464"}, "run-otel b:9464 has not completed a poll for 15m 0s")]),
+    # An HA standby never polls: silent.
+    ("RunOtelExportStalled", "standby", [
+        {"series": LABELS.format("run_otel_start_timestamp_seconds", "s:9464"), "values": "0x40"},
+        {"series": LABELS.format("run_otel_standby", "s:9464"), "values": "1x40"},
+    ], "25m", []),
+    ("RunOtelExportStalled", "healthy", [{"series": "run_otel_last_success_timestamp_seconds", "values": "0+60x60"}], "40m", []),
+    ("RunOtelExportStalled", "short spike", [{"series": "run_otel_last_success_timestamp_seconds", "values": "0+60x10 600x7 1080+60x40"}], "25m", []),
+    ("RunOtelBacklogGrowing", "sustained breach", [{"series": BACKLOG, "values": "0+50x60"}], "40m",
+     [({"severity": "ticket", "job": "run-otel", "instance": "a:9464", "shard": "default"},
+       "run-otel a:9464 shard default is 2000 runs behind and falling further")]),
+    # Far behind but draining: no page for a backfill that is catching up.
+    ("RunOtelBacklogGrowing", "draining", [{"series": BACKLOG, "values": "5000-50x60"}], "40m", []),
+    ("RunOtelBacklogGrowing", "short spike", [{"series": BACKLOG, "values": "0x10 0+200x10 2000-200x10 0x30"}], "40m", []),
+    ("RunOtelBacklogGrowing", "low", [{"series": BACKLOG, "values": "0+5x60"}], "40m", []),
+    ("RunOtelDown", "sustained breach", [{"series": 'up{job="run-otel"}', "values": "1x10 0x30"}], "25m",
+     [({"severity": "page", "job": "run-otel"}, "run-otel is down or not scraped")]),
+    ("RunOtelDown", "never scraped", [{"series": 'up{job="other"}', "values": "1x30"}], "25m",
+     [({"severity": "page", "job": "run-otel"}, "run-otel is down or not scraped")]),
+    ("RunOtelDown", "short spike", [{"series": 'up{job="run-otel"}', "values": "1x10 0x2 1x30"}], "25m", []),
+    ("RunOtelDown", "healthy", [{"series": 'up{job="run-otel"}', "values": "1x40"}], "25m", []),
+    ("DiagnosisRunsStuckPending", "sustained breach", [{"series": "run_otel_pending_runs", "values": "150x60"}], "40m",
+     [({"severity": "ticket"}, "150 diagnosis runs have been waiting to finish")]),
+    ("DiagnosisRunsStuckPending", "short spike", [{"series": "run_otel_pending_runs", "values": "5x10 150x10 5x40"}], "40m", []),
+    ("DiagnosisRunsStuckPending", "low", [{"series": "run_otel_pending_runs", "values": "50x60"}], "40m", []),
+]
+
+
+def promtool_tests(rules: dict, rule_file: str = "alerts.yml") -> dict:
+    """The promtool test document for ``rules`` (as :func:`run_otel.alerts.rules` returns them)."""
+    descriptions = {r["alert"]: r["annotations"]["description"] for g in rules["groups"] for r in g["rules"]}
+    tests = []
+    for alert, case, series, at, expected in SCENARIOS:
+        exp = []
+        for labels, summary in expected:
+            description = descriptions[alert].replace("{{ $labels.tool_name }}", labels.get("tool_name", ""))
+            exp.append({"exp_labels": labels, "exp_annotations": {"summary": summary, "description": description}})
+        tests.append(
+            {
+                "name": f"{alert}: {case}",
+                "interval": "1m",
+                "input_series": series,
+                "alert_rule_test": [{"eval_time": at, "alertname": alert, "exp_alerts": exp}],
+            }
+        )
+    return {"rule_files": [rule_file], "evaluation_interval": "1m", "tests": tests}
