@@ -10,7 +10,7 @@ import sqlite3
 import subprocess
 from pathlib import Path
 
-from run_otel.export import parse_otlp_json
+from otlp_helpers import parse_otlp_json
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -6,10 +6,11 @@ import hashlib
 from datetime import UTC, datetime
 
 import pytest
+from otlp_helpers import encode_spans
 
 from run_otel.config import build_config
 from run_otel.content import CONTENT_ATTRIBUTES
-from run_otel.encoding import encode_spans, resource_attributes
+from run_otel.encoding import resource_attributes
 from run_otel.mapping import STATUS_ERROR, STATUS_UNSET, Mapper
 from run_otel.rows import RunRow, ToolRow
 

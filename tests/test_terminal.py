@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 from conftest import bridge_sections, run_cli, write_config
+from otlp_helpers import parse_otlp_json
 from servers import wait_for
-
-from run_otel.export import parse_otlp_json
 
 ANCHOR = "2026-11-30T12:00:00"
 

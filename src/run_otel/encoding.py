@@ -75,10 +75,6 @@ def encode_request(spans: Iterable[Span], resource: Mapping[str, str]) -> Export
     )
 
 
-def encode_spans(spans: Iterable[SpanData], resource: Mapping[str, str]) -> ExportTraceServiceRequest:
-    return encode_request((encode_span(s) for s in spans), resource)
-
-
 # -- the fast path: spans straight to OTLP wire bytes -----------------------------------
 #
 # Building protobuf message objects costs more than everything else the bridge

@@ -209,18 +209,6 @@ def otlp_json(request: ExportTraceServiceRequest) -> str:
     return json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
 
 
-def parse_otlp_json(line: str) -> ExportTraceServiceRequest:
-    """The inverse of :func:`otlp_json`, with protobuf's own JSON parser."""
-    doc = json.loads(line)
-    for resource_spans in doc.get("resourceSpans", []):
-        for scope_spans in resource_spans.get("scopeSpans", []):
-            for span in scope_spans.get("spans", []):
-                for key in _ID_FIELDS:
-                    if key in span:
-                        span[key] = base64.b64encode(bytes.fromhex(span[key])).decode()
-    return json_format.ParseDict(doc, ExportTraceServiceRequest())
-
-
 def build_sink(config: Config) -> GrpcSink | HttpSink:
     if config.export.protocol == "http/protobuf":
         return HttpSink(config)
