@@ -93,3 +93,24 @@ def test_tool_latencies_under_100ms_fall_in_different_buckets():
                 if m.name == I.TOOL_DURATION.name for p in m.data.data_points]
     assert sum(1 for count in point.bucket_counts if count) == 3
     metrics.shutdown()
+
+
+def test_the_metrics_endpoint_speaks_openmetrics_when_asked():
+    import requests
+    from servers import free_port
+
+    from run_otel.config import build_config
+    from run_otel.metrics import HealthServer, build_metrics
+
+    metrics = build_metrics(build_config({}))
+    server = HealthServer("127.0.0.1", free_port(), metrics.registry, lambda: (True, "ready")).start()
+    try:
+        url = f"http://127.0.0.1:{server.port}/metrics"
+        plain = requests.get(url, timeout=5)
+        open_metrics = requests.get(url, headers={"Accept": "application/openmetrics-text; version=1.0.0"}, timeout=5)
+    finally:
+        server.stop()
+        metrics.shutdown()
+    assert plain.headers["Content-Type"].startswith("text/plain")
+    assert open_metrics.headers["Content-Type"].startswith("application/openmetrics-text")
+    assert open_metrics.text.rstrip().endswith("# EOF") and "run_otel_start_timestamp_seconds" in open_metrics.text

@@ -33,6 +33,12 @@ class Instrument:
             base += "_seconds"
         return base + "_total" if self.kind == COUNTER else base
 
+    def labelled(self, *values: str) -> dict[str, str]:
+        """The label set for ``values``, in the order of ``labels``: names live only here."""
+        if len(values) != len(self.labels):
+            raise ValueError(f"{self.name} takes labels {self.labels}, got {len(values)} values")
+        return dict(zip(self.labels, values))
+
     def series(self, suffix: str = "") -> str:
         """A histogram's ``_bucket``/``_sum``/``_count`` series, or the plain name."""
         return self.prometheus + suffix

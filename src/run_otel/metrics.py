@@ -20,9 +20,11 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
 from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
 from opentelemetry.sdk.resources import Resource
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
 
 from . import __version__
+from . import attributes as A
 from . import instruments as I
 from .checkpoint import shard_name
 from .config import Config
@@ -58,7 +60,7 @@ class BridgeMetrics(Recorder):
             if i.kind == I.HISTOGRAM
         ]
         # service.name here is the bridge's own; the traces carry the agent's.
-        resource = Resource.create({"service.name": "run-otel", "service.version": __version__})
+        resource = Resource.create({A.SERVICE_NAME: "run-otel", A.SERVICE_VERSION: __version__})
         self.provider = MeterProvider(metric_readers=readers, views=views, resource=resource)
         meter = self.provider.get_meter("run_otel", __version__)
         self._settle = config.poll.settle_seconds
@@ -85,7 +87,7 @@ class BridgeMetrics(Recorder):
         """Starts the usual run series at 0, so rate() sees the first runs after a restart."""
         for status in sorted(TERMINAL_STATUSES):
             for intent in sorted(INTENTS):
-                self._get(I.RUNS).add(0, {"status": status, "intent": intent, "release_outcome": status})
+                self._get(I.RUNS).add(0, I.RUNS.labelled(status, intent, status))
         self._get(I.EXPORTED_SPANS).add(0)
         self._get(I.EXPORT_FAILURES).add(0)
         self._get(I.REJECTED_SPANS).add(0)
@@ -102,12 +104,12 @@ class BridgeMetrics(Recorder):
             status = label(run.status, _STATUSES)
             intent = label(run.intent, INTENTS)
             self._get(I.RUNS).add(
-                1, {"status": status, "intent": intent, "release_outcome": label(run.release_outcome, RELEASE_OUTCOMES)}
+                1, I.RUNS.labelled(status, intent, label(run.release_outcome, RELEASE_OUTCOMES))
             )
             if run.total_duration_ms is not None and 0 <= run.total_duration_ms <= MAX_DURATION_MS:
-                self._get(I.RUN_DURATION).record(run.total_duration_ms / 1000, {"status": status, "intent": intent})
+                self._get(I.RUN_DURATION).record(run.total_duration_ms / 1000, I.RUN_DURATION.labelled(status, intent))
             if run.total_token_count:
-                self._get(I.RUN_TOKENS).add(max(run.total_token_count, 0), {"intent": intent})
+                self._get(I.RUN_TOKENS).add(max(run.total_token_count, 0), I.RUN_TOKENS.labelled(intent))
             for tool in exported.tools:
                 self._record_tool(tool)
             if exported.settled_at is not None:
@@ -120,30 +122,23 @@ class BridgeMetrics(Recorder):
         name = label(tool.tool_name)
         success = label(tool.success)
         layer = label(tool.retrieval_layer, RETRIEVAL_LAYERS)
-        self._get(I.TOOL_INVOCATIONS).add(
-            1,
-            {
-                "tool_name": name,
-                "retrieval_layer": layer,
-                "relevance_level": label(tool.relevance_level, RELEVANCE_LEVELS),
-                "success": success,
-            },
-        )
+        relevance = label(tool.relevance_level, RELEVANCE_LEVELS)
+        self._get(I.TOOL_INVOCATIONS).add(1, I.TOOL_INVOCATIONS.labelled(name, layer, relevance, success))
         if tool.duration_ms is not None and 0 <= tool.duration_ms <= MAX_DURATION_MS:
-            self._get(I.TOOL_DURATION).record(tool.duration_ms / 1000, {"tool_name": name, "success": success})
+            self._get(I.TOOL_DURATION).record(tool.duration_ms / 1000, I.TOOL_DURATION.labelled(name, success))
         for layer_name, count in (("L0", tool.l0_match_count), ("L1", tool.l1_match_count)):
             if count and count > 0:
-                self._get(I.RAG_MATCHES).add(count, {"layer": layer_name, "tool_name": name})
+                self._get(I.RAG_MATCHES).add(count, I.RAG_MATCHES.labelled(layer_name, name))
         if tool.dedup_reason is not None:
-            self._get(I.DEDUP).add(1, {"dedup_reason": label(tool.dedup_reason), "tool_name": name})
+            self._get(I.DEDUP).add(1, I.DEDUP.labelled(label(tool.dedup_reason), name))
         if tool.retrieval_layer is not None and not (tool.l0_match_count or 0) and not (tool.l1_match_count or 0):
-            self._get(I.ZERO_MATCH).add(1, {"retrieval_layer": layer, "tool_name": name})
+            self._get(I.ZERO_MATCH).add(1, I.ZERO_MATCH.labelled(layer, name))
 
     def export_failed(self) -> None:
         self._get(I.EXPORT_FAILURES).add(1)
 
     def poll_finished(self, seconds: float, ok: bool, pending: int) -> None:
-        self._get(I.POLL_DURATION).record(seconds, {"outcome": "ok" if ok else "error"})
+        self._get(I.POLL_DURATION).record(seconds, I.POLL_DURATION.labelled("ok" if ok else "error"))
         with self._lock:
             self.last_poll_ok = ok
             if ok:
@@ -152,9 +147,9 @@ class BridgeMetrics(Recorder):
                 self._get(I.PENDING_RUNS).set(pending)
 
     def backlog(self, runs: int, seconds: float | None) -> None:
-        self._get(I.BACKLOG_RUNS).set(runs, {"shard": self._shard})
+        self._get(I.BACKLOG_RUNS).set(runs, I.BACKLOG_RUNS.labelled(self._shard))
         if seconds is not None:
-            self._get(I.LAG).set(seconds, {"shard": self._shard})
+            self._get(I.LAG).set(seconds, I.LAG.labelled(self._shard))
 
     def set_standby(self, standby: bool) -> None:
         self.standby = standby
@@ -198,7 +193,9 @@ def _handler(registry: CollectorRegistry | None, ready: Callable[[], tuple[bool,
         def do_GET(self):
             path = self.path.split("?", 1)[0]
             if path == "/metrics" and registry is not None:
-                self._reply(200, generate_latest(registry), CONTENT_TYPE_LATEST)
+                # prometheus_client's own negotiation: OpenMetrics when the scraper asks for it.
+                encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
+                self._reply(200, encoder(registry), content_type)
             elif path == "/healthz":
                 is_alive, why = alive()
                 self._reply(200 if is_alive else 503, (why + "\n").encode())
