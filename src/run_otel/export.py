@@ -17,6 +17,7 @@ import base64
 import gzip
 import json
 import logging
+import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,23 +62,70 @@ class Sink(Protocol):
     def close(self) -> None: ...
 
 
-def _with_retries(attempt, attempts: int, describe: str) -> Ack:
-    """Runs ``attempt`` until it acks, a non-retryable error, or ``attempts`` run out."""
-    delay = 0.5
+# A receiver's own retry delay (gRPC RetryInfo, HTTP Retry-After) is honoured up to this.
+MAX_SERVER_DELAY = 30.0
+
+
+def _with_retries(attempt, attempts: int, describe: str, rng: random.Random | None = None) -> Ack:
+    """Runs ``attempt`` until it acks, a non-retryable error, or ``attempts`` run out.
+
+    Waits the delay the receiver asked for when it gave one, else exponential
+    backoff from 0.5 s with +-20% jitter, so many senders do not retry in step.
+    """
+    rng = rng or random.Random()
+    backoff = 0.5
     for number in range(1, attempts + 1):
         try:
             return attempt()
         except _Retryable as exc:
             if number == attempts:
                 raise ExportError(f"{describe}: {exc} (after {attempts} attempts)") from None
-            log.warning("export to %s failed (%s); retrying in %.1fs", describe, exc, delay)
+            if exc.after is not None:
+                delay, why = min(exc.after, MAX_SERVER_DELAY), "as the receiver asked"
+            else:
+                delay, why = backoff * rng.uniform(0.8, 1.2), "backoff"
+            log.warning("export to %s failed (%s); retrying in %.1fs (%s)", describe, exc, delay, why)
             time.sleep(delay)
-            delay = min(delay * 2, 8.0)
+            backoff = min(backoff * 2, 8.0)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
 class _Retryable(Exception):
-    pass
+    def __init__(self, reason: str, after: float | None = None):
+        super().__init__(reason)
+        self.after = after
+
+
+def grpc_retry_delay(error: grpc.RpcError) -> float | None:
+    """The delay in a google.rpc.RetryInfo detail of the call's status, if any."""
+    from google.rpc import error_details_pb2, status_pb2
+
+    trailers = error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
+    for key, value in trailers or ():
+        if key != "grpc-status-details-bin":
+            continue
+        status = status_pb2.Status.FromString(value)
+        for detail in status.details:
+            if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+                info = error_details_pb2.RetryInfo()
+                detail.Unpack(info)
+                return info.retry_delay.seconds + info.retry_delay.nanos / 1e9
+    return None
+
+
+def http_retry_delay(header: str | None) -> float | None:
+    """Retry-After in seconds, or as an HTTP date."""
+    if not header:
+        return None
+    try:
+        return max(float(header), 0.0)
+    except ValueError:
+        from email.utils import parsedate_to_datetime
+
+        try:
+            return max(parsedate_to_datetime(header).timestamp() - time.time(), 0.0)
+        except (TypeError, ValueError):
+            return None
 
 
 def _ack_from(response: ExportTraceServiceResponse) -> Ack:
@@ -122,7 +170,7 @@ class GrpcSink:
         except grpc.RpcError as exc:
             reason = f"{exc.code().name}: {exc.details()}"
             if exc.code() in _RETRYABLE_GRPC:
-                raise _Retryable(reason) from None
+                raise _Retryable(reason, grpc_retry_delay(exc)) from None
             raise ExportError(f"{self.describe()}: {reason}") from None
         return _ack_from(response)
 
@@ -157,7 +205,7 @@ class HttpSink:
         except requests.RequestException as exc:
             raise _Retryable(type(exc).__name__) from None
         if response.status_code in _RETRYABLE_HTTP:
-            raise _Retryable(f"HTTP {response.status_code}")
+            raise _Retryable(f"HTTP {response.status_code}", http_retry_delay(response.headers.get("Retry-After")))
         if response.status_code != 200:
             raise ExportError(f"{self.describe()}: HTTP {response.status_code} {response.text[:200]}")
         parsed = ExportTraceServiceResponse()
