@@ -19,6 +19,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from sqlalchemy.engine import URL, make_url
 
+from .otel_env import otel_environment
+
 ENV_PREFIX = "RUN_OTEL_"
 CONFIG_ENV = "RUN_OTEL_CONFIG"
 
@@ -201,7 +203,7 @@ def load_config(path: str | os.PathLike | None = None, environ: Mapping[str, str
     env = os.environ if environ is None else environ
     path = path or env.get(CONFIG_ENV) or None
     raw: dict[str, Any] = _read_toml(Path(path)) if path else {}
-    _merge(raw, _otel_environment(env))
+    _merge(raw, otel_environment(env, ConfigError))
     variables = _run_otel_variables(env)
     for (section, key), name in variables.items():
         _check_known(section, key, name)
@@ -287,60 +289,6 @@ def _env_value(text: str) -> Any:
         return tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
         return text
-
-
-def _otel_environment(env: Mapping[str, str]) -> dict[str, dict[str, Any]]:
-    """The standard OTEL_* variables that map onto run-otel keys."""
-    out: dict[str, dict[str, Any]] = {"export": {}, "service": {}}
-    protocol = env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-    if protocol:
-        out["export"]["protocol"] = protocol
-    traces_endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-    endpoint = env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
-    if traces_endpoint:
-        out["export"]["endpoint"] = traces_endpoint
-    elif endpoint:
-        out["export"]["endpoint"] = endpoint
-    headers = env.get("OTEL_EXPORTER_OTLP_TRACES_HEADERS") or env.get("OTEL_EXPORTER_OTLP_HEADERS")
-    if headers:
-        out["export"]["headers"] = _parse_key_values(headers)
-    timeout = env.get("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT") or env.get("OTEL_EXPORTER_OTLP_TIMEOUT")
-    if timeout:
-        # The OTLP spec gives this variable in milliseconds.
-        out["export"]["timeout_seconds"] = _number("OTEL_EXPORTER_OTLP_TIMEOUT", timeout) / 1000.0
-    insecure = env.get("OTEL_EXPORTER_OTLP_TRACES_INSECURE") or env.get("OTEL_EXPORTER_OTLP_INSECURE")
-    if insecure:
-        out["export"]["insecure"] = insecure.strip().lower() == "true"
-    compression = env.get("OTEL_EXPORTER_OTLP_TRACES_COMPRESSION") or env.get("OTEL_EXPORTER_OTLP_COMPRESSION")
-    if compression:
-        out["export"]["compression"] = compression
-    if env.get("OTEL_SERVICE_NAME"):
-        out["service"]["name"] = env["OTEL_SERVICE_NAME"]
-    return {section: values for section, values in out.items() if values}
-
-
-def _number(name: str, text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise ConfigError(f"{name} must be a number, got {text!r}") from None
-
-
-def _parse_key_values(text: str) -> dict[str, str]:
-    """``k1=v1,k2=v2`` as OTEL_EXPORTER_OTLP_HEADERS and OTEL_RESOURCE_ATTRIBUTES write it."""
-    from urllib.parse import unquote
-
-    pairs = {}
-    for item in text.split(","):
-        key, sep, value = item.partition("=")
-        if sep and key.strip():
-            pairs[unquote(key.strip())] = unquote(value.strip())
-    return pairs
-
-
-def resource_attributes_from_env(env: Mapping[str, str]) -> dict[str, str]:
-    """OTEL_RESOURCE_ATTRIBUTES, parsed."""
-    return _parse_key_values(env.get("OTEL_RESOURCE_ATTRIBUTES", ""))
 
 
 def _build_section(section: str, cls: type, values: Mapping[str, Any]):

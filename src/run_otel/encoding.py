@@ -16,8 +16,9 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 
 from . import __version__
 from . import attributes as A
-from .config import Config, resource_attributes_from_env
+from .config import Config
 from .mapping import AttrValue, SpanData
+from .otel_env import resource_attributes_from_env
 
 
 def resource_attributes(config: Config, env: Mapping[str, str]) -> dict[str, str]:

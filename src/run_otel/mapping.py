@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from opentelemetry.proto.trace.v1.trace_pb2 import Status
+
 from . import attributes as A
 from .clock import SourceClock
 from .config import Config
@@ -21,8 +23,9 @@ from .rows import RELEVANCE_LEVELS, RETRIEVAL_LAYERS, RunRow, ToolRow
 
 AttrValue = str | bool | int | float | tuple[str, ...]
 
-STATUS_UNSET = 0
-STATUS_ERROR = 2
+# OTLP's own status codes (UNSET 0, ERROR 2).
+STATUS_UNSET = Status.STATUS_CODE_UNSET
+STATUS_ERROR = Status.STATUS_CODE_ERROR
 
 _UUID_RUN_ID = re.compile(
     r"run-([0-9a-fA-F]{8})-([0-9a-fA-F]{4})-([0-9a-fA-F]{4})-([0-9a-fA-F]{4})-([0-9a-fA-F]{12})"

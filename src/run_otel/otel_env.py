@@ -1,0 +1,53 @@
+"""The standard ``OTEL_*`` variables that map onto run-otel keys.
+
+Names come from the SDK's ``opentelemetry.sdk.environment_variables`` and
+``k=v,k2=v2`` lists are parsed with its ``parse_env_headers``, as the SDK's own
+exporters read them. The trace-specific variable wins over the general one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from opentelemetry.sdk import environment_variables as V
+from opentelemetry.util.re import parse_env_headers
+
+# run-otel key <- (the traces variable, the general variable)
+_EXPORT_KEYS = {
+    "protocol": (V.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, V.OTEL_EXPORTER_OTLP_PROTOCOL),
+    "endpoint": (V.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, V.OTEL_EXPORTER_OTLP_ENDPOINT),
+    "headers": (V.OTEL_EXPORTER_OTLP_TRACES_HEADERS, V.OTEL_EXPORTER_OTLP_HEADERS),
+    "timeout_seconds": (V.OTEL_EXPORTER_OTLP_TRACES_TIMEOUT, V.OTEL_EXPORTER_OTLP_TIMEOUT),
+    "insecure": (V.OTEL_EXPORTER_OTLP_TRACES_INSECURE, V.OTEL_EXPORTER_OTLP_INSECURE),
+    "compression": (V.OTEL_EXPORTER_OTLP_TRACES_COMPRESSION, V.OTEL_EXPORTER_OTLP_COMPRESSION),
+}
+
+
+def otel_environment(env: Mapping[str, str], error: type[Exception] = ValueError) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for key, names in _EXPORT_KEYS.items():
+        name = next((n for n in names if env.get(n)), None)
+        if name is not None:
+            out.setdefault("export", {})[key] = _value(key, name, env[name], error)
+    if env.get(V.OTEL_SERVICE_NAME):
+        out["service"] = {"name": env[V.OTEL_SERVICE_NAME]}
+    return out
+
+
+def _value(key: str, name: str, text: str, error: type[Exception]) -> Any:
+    if key == "headers":
+        return parse_env_headers(text, liberal=True)
+    if key == "insecure":
+        return text.strip().lower() == "true"
+    if key == "timeout_seconds":
+        try:
+            return float(text) / 1000.0  # the OTLP spec gives it in milliseconds
+        except ValueError:
+            raise error(f"{name} must be a number of milliseconds, got {text!r}") from None
+    return text
+
+
+def resource_attributes_from_env(env: Mapping[str, str]) -> dict[str, str]:
+    """OTEL_RESOURCE_ATTRIBUTES, parsed."""
+    return dict(parse_env_headers(env.get(V.OTEL_RESOURCE_ATTRIBUTES, ""), liberal=True))
