@@ -81,6 +81,10 @@ def test_the_daemon_logs_a_wrong_zone_once(agent_db, otlp, tmp_path):
     finally:
         assert daemon.terminate() == 0
     assert daemon.output().count("looks wrong") == 1
+    # The start-up line: the effective settings, the password masked.
+    start = next(line for line in daemon.output().splitlines() if " starting: " in line)
+    assert "source=mysql+pymysql://root:***@127.0.0.1" in start and "timezone=UTC" in start and "state=sqlite:///" in start
+    assert agent_db.server.ROOT_PASSWORD not in daemon.output()
 
 
 # -- 4. backfill over ids out of time order ---------------------------------------------------------

@@ -65,8 +65,8 @@ _VALUE = r"""(?:"(?:[^"\\]|\\.)+"|'[^']+'|(?!\[REDACTED\])[^\s,;'"}\]\)&]+)"""
 _SHAPES: tuple[tuple[str, str], ...] = (
     # PEM private keys, the whole block (or up to the end when cut short)
     ("pem", r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\Z)"),
-    # user:password@ in any URL; the user name stays
-    ("url", r"(?i)(?<=[a-z0-9+.-]://)(?P<keep>[^\s/:@]*:)[^\s/@]+(?=@)"),
+    # user:password@ in any URL; the user name stays, and so does an already masked ***
+    ("url", r"(?i)(?<=[a-z0-9+.-]://)(?P<keep>[^\s/:@]*:)(?!\*+@)[^\s/@]+(?=@)"),
     # Authorization / Proxy-Authorization headers, any scheme
     ("authorization", r"(?i)(?<=authorization)(?P<keep>[\"']?\s*[:=]\s*[\"']?)(?:(?:basic|bearer|token|digest|apikey|negotiate)\s+)?[A-Za-z0-9._~+/=-]{6,}"),
     # a bearer token written on its own
