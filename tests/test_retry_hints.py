@@ -25,7 +25,7 @@ class _Busy(trace_service_pb2_grpc.TraceServiceServicer):
     def __init__(self):
         self.calls: list[float] = []
 
-    def Export(self, request, context):  # noqa: N802 - gRPC's name
+    def Export(self, request, context):
         self.calls.append(time.monotonic())
         if len(self.calls) == 1:
             detail = any_pb2.Any()
@@ -58,7 +58,7 @@ def test_http_retry_after_sets_the_wait(caplog):
     calls: list[float] = []
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802 - http.server's name
+        def do_POST(self):
             self.rfile.read(int(self.headers["Content-Length"]))
             calls.append(time.monotonic())
             if len(calls) == 1:
