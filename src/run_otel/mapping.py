@@ -101,7 +101,7 @@ class Mapper:
 
     def __init__(self, config: Config, clock: SourceClock | None = None, content: ContentPolicy | None = None):
         self._clock = clock or SourceClock(config.source.timezone)
-        self.epoch_ns = self._clock.epoch_ns
+        self._epoch_ns = self._clock.epoch_ns
         self._agent_name = config.trace.agent_name
         self._provider = config.trace.provider_name
         self._openinference = "openinference" in config.trace.conventions
@@ -132,10 +132,10 @@ class Mapper:
         return MappedRun([root, *children], warnings)
 
     def _run_start_ns(self, run: RunRow, warnings: list[str]) -> int:
-        start = self.epoch_ns(run.created_at)
+        start = self._epoch_ns(run.created_at)
         if start is None:
             warnings.append("diagnosis_run.created_at is not a valid date")
-            start = self.epoch_ns(run.updated_at)
+            start = self._epoch_ns(run.updated_at)
         return start if start is not None else 0
 
     def _run_bounds(
@@ -145,7 +145,7 @@ class Mapper:
         if duration is not None:
             end_ns = start_ns + duration * _NS_PER_MS
         else:
-            updated = self.epoch_ns(run.updated_at)
+            updated = self._epoch_ns(run.updated_at)
             end_ns = updated if updated is not None else start_ns
             if end_ns < start_ns:
                 warnings.append("diagnosis_run.updated_at is before created_at")
@@ -211,7 +211,7 @@ class Mapper:
         fallback_ns: int,
         warnings: list[str],
     ) -> SpanData:
-        at_ns = self.epoch_ns(tool.created_at)
+        at_ns = self._epoch_ns(tool.created_at)
         if at_ns is None:
             warnings.append(f"tool_invocation {tool.id}: created_at is not a valid date")
             at_ns = fallback_ns

@@ -122,9 +122,6 @@ class Poller:
     def source(self) -> Source:
         return self._source
 
-    def describe_source(self) -> str:
-        return self._source.describe()
-
     def poll(self) -> PollResult:
         """Batches until the backlog is drained (or a stop is requested)."""
         started = self._clock()
