@@ -168,3 +168,42 @@ def test_rows_that_match_the_database_now_name_its_zone():
 )
 def test_rows_that_fit_the_zone_raise_nothing(zone, newest):
     assert zone_finding(sample(newest), SourceClock(zone)) is None
+
+
+# -- the same rules, through the poller, on SQLite with an injected clock -----------------
+
+
+def test_the_poller_expires_a_gap_exactly_at_the_configured_timeout(tmp_path):
+    from sqlalchemy import insert
+    from sqlalchemy.engine import make_url
+
+    from run_otel.config import build_config
+    from run_otel.export import JsonFileSink
+    from run_otel.schema import diagnosis_run, metadata
+    from run_otel.source import make_engine
+    from run_otel.wiring import build_poller
+
+    engine = make_engine(make_url(f"sqlite:///{tmp_path / 'agent.db'}"))
+    metadata.create_all(engine)
+    old = datetime(2026, 1, 1)
+    with engine.begin() as conn:  # ids 1 and 3: id 2 is an insert not committed yet
+        for id_ in (1, 3):
+            conn.execute(insert(diagnosis_run).values(id=id_, run_id=f"run-{id_}", session_id="s", query="q", status="SUCCESS", created_at=old, updated_at=old))
+    config = build_config({
+        "source": {"url": f"sqlite:///{tmp_path / 'agent.db'}"},
+        "state": {"url": f"sqlite:///{tmp_path / 'state.db'}"},
+        "poll": {"start_from": "beginning", "gap_timeout_seconds": 600},
+    })
+    now = [E0]
+    sink = JsonFileSink(tmp_path / "out.jsonl")
+    poller = build_poller(config, sink=sink, clock=lambda: now[0])
+    poller.poll()
+    store = poller._store
+    assert store.load().gaps == {2: E0}
+    now[0] = E0 + 599
+    poller.poll()
+    assert store.load().gaps == {2: E0}
+    now[0] = E0 + 600
+    poller.poll()
+    assert store.load().gaps == {}
+    sink.close()

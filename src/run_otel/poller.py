@@ -212,9 +212,9 @@ class Poller:
         for run in new_runs:
             self._note_unknown_status(run.status)
         decided = classify(following, [*rechecked, *new_runs], now, self._rules, self._source_clock, self._in_shard)
-        expired = expire_gaps(following, now, self._poll.gap_timeout_seconds)
+        expired = expire_gaps(following, now, self._rules.gap_timeout_seconds)
         if expired:
-            log.info("gave up on %d missing run ids after %.0fs (rolled back or deleted)", len(expired), self._poll.gap_timeout_seconds)
+            log.info("gave up on %d missing run ids after %.0fs (rolled back or deleted)", len(expired), self._rules.gap_timeout_seconds)
         try:
             result = self.export_runs(decided.to_export, decided.incomplete)
         except Exception:

@@ -36,18 +36,20 @@ def build_poller(
     sink: Sink | None = None,
     keep_going: Callable[[], bool] = lambda: True,
     store: CheckpointStore | None = None,
+    clock: Callable[[], float] | None = None,
 ) -> Poller:
-    clock = SourceClock(config.source.timezone)
+    source_clock = SourceClock(config.source.timezone)
     return Poller(
         config,
         Source(config),
         sink or build_sink(config),
         store or CheckpointStore(config),
-        mapper=build_mapper(config, clock),
+        mapper=build_mapper(config, source_clock),
         encoder=FastEncoder(resource_attributes(config, os.environ)),
-        source_clock=clock,
+        source_clock=source_clock,
         recorder=recorder,
         keep_going=keep_going,
+        **({"clock": clock} if clock else {}),
     )
 
 
