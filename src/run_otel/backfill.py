@@ -62,11 +62,13 @@ def plan(source: Source, window: Window, from_id: int | None, to_id: int | None,
     return Plan(first, last, "probes")
 
 
-def order_warning(plan: Plan, outside_window: int, inversion: tuple[timedelta, int, int]) -> str | None:
-    """The loud line when probed bounds may have missed runs of the window."""
+def order_warning(plan: Plan, outside_window: int, source: Source) -> str | None:
+    """The loud line when probed bounds may have missed runs of the window.
+
+    Only probed bounds can miss runs, so only they pay for the order probes."""
     if plan.how != "probes":
         return None
-    drop, earlier, later = inversion
+    drop, earlier, later = source.largest_time_inversion()
     evidence = []
     if outside_window:
         evidence.append(f"{outside_window} run(s) inside the probed id range were created outside the window")

@@ -17,7 +17,7 @@ from rich.table import Table
 from . import __version__
 from .backfill import Window, order_warning, plan
 from .check import FAIL, OK, WARN, run_checks
-from .cliutil import CONFIG_OPTION, EXIT_FAILED, EXIT_USAGE, fail, guarded, load
+from .cliutil import CONFIG_OPTION, EXIT_FAILED, EXIT_USAGE, SHARD_OPTION, fail, guarded, load
 from .clock import SourceClock
 from .config import Config
 from .daemon import Daemon, summary
@@ -48,7 +48,7 @@ def cli() -> None:
 
 @cli.command()
 @CONFIG_OPTION
-@click.option("--shard", metavar="I/N", help="Export only shard I of N (stable hash of run_id), with its own checkpoint.")
+@SHARD_OPTION
 def once(config_path: Path | None, shard: str | None) -> None:
     """Poll once: export every finished run since the checkpoint, then exit.
 
@@ -67,7 +67,7 @@ def once(config_path: Path | None, shard: str | None) -> None:
 
 @cli.command()
 @CONFIG_OPTION
-@click.option("--shard", metavar="I/N", help="Export only shard I of N (stable hash of run_id), with its own checkpoint.")
+@SHARD_OPTION
 def run(config_path: Path | None, shard: str | None) -> None:
     """Run the daemon: poll every poll.interval_seconds until SIGTERM.
 
@@ -94,7 +94,7 @@ _TIME = TimeParam()
 @click.option("--to-id", type=click.IntRange(min=1), default=None, help="...up to and including this one [default: the newest].")
 @click.option("--full-scan", is_flag=True, help="Read every run id once: complete even when ids are not in created_at order.")
 @click.option("--with-metrics", is_flag=True, help="Also count the runs in the run metrics (off: history would distort rates).")
-@click.option("--shard", metavar="I/N", help="Export only shard I of N.")
+@SHARD_OPTION
 def backfill(
     config_path: Path | None,
     since: datetime | None,
@@ -135,7 +135,7 @@ def _backfill(config: Config, window: Window, ids: tuple, with_metrics: bool) ->
     ids_plan = plan(source, window, *ids)
     signal.signal(signal.SIGTERM, lambda *_: poller.stop_requested.set())
     started, spans = time.monotonic(), 0
-    sent: list[str] = []  # the first and last trace ids
+    first_trace = last_trace = ""
     total = PollResult()
     if not ids_plan.empty:
         with progress_bar(console) as progress:
@@ -144,11 +144,11 @@ def _backfill(config: Config, window: Window, ids: tuple, with_metrics: bool) ->
             )
 
             def advance(result: PollResult, cursor: int) -> None:
-                nonlocal spans
+                nonlocal spans, first_trace, last_trace
                 spans += result.spans
                 if result.runs:
-                    sent[1:] = [trace_id_for(result.runs[-1].run.run_id).hex()]
-                    sent[:1] = sent[:1] or [trace_id_for(result.runs[0].run.run_id).hex()]
+                    first_trace = first_trace or trace_id_for(result.runs[0].run.run_id).hex()
+                    last_trace = trace_id_for(result.runs[-1].run.run_id).hex()
                 rate = spans / max(time.monotonic() - started, 1e-9)
                 progress.update(task, completed=cursor - ids_plan.first_id + 1, rate=f"{rate:,.0f} spans/s")
 
@@ -156,13 +156,13 @@ def _backfill(config: Config, window: Window, ids: tuple, with_metrics: bool) ->
                 ids_plan.first_id, ids_plan.last_id, advance, record_metrics=with_metrics, created_in=window.contains
             )
     click.echo(f"backfilled {total.run_count} runs ({total.spans} spans) {window.describe()} in {time.monotonic() - started:.1f}s")
-    if sent:
-        click.echo(f"first trace {sent[0]}, last trace {sent[-1]}")
+    if first_trace:
+        click.echo(f"first trace {first_trace}, last trace {last_trace}")
         click.echo(
             "Jaeger finds them by trace id or by a search over their own time range. Tempo finds them by trace id; "
-            "its search finds them only if ingester.ingestion_time_range_slack covers their age (see README, Backfill)."
+            "its search may miss old runs, since it bounds a block's time range by when it was ingested."
         )
-    warning = order_warning(ids_plan, total.outside_window, source.largest_time_inversion())
+    warning = order_warning(ids_plan, total.outside_window, source)
     if warning:
         console.print(f"[bold red]WARNING:[/] {warning}")
     if server:
