@@ -19,10 +19,10 @@ import time
 from datetime import UTC, datetime
 
 from . import __version__
-from .checkpoint import CheckpointError, shard_name
+from .checkpoint import CheckpointError
 from .config import Config
 from .export import ExportError
-from .lease import MySqlLease, lease_name
+from .lease import MySqlLease, lease_name_for
 from .poller import PollResult
 from .settings import effective_settings
 from .source import SourceError
@@ -55,8 +55,7 @@ class Daemon:
         self.metrics, self.server = start_metrics(config, alive=self.alive)
         self.poller = build_poller(config, recorder=self.metrics, keep_going=self._holding)
         if config.ha.enabled:
-            name = lease_name(config.ha.lock_name, config.source_url().database, shard_name(config))
-            self.lease = MySqlLease(self.poller.source.engine, name, config.ha.takeover_seconds)
+            self.lease = MySqlLease(self.poller.source.engine, lease_name_for(config), config.ha.takeover_seconds)
 
     # -- health -------------------------------------------------------------------
 

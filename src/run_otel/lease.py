@@ -16,6 +16,9 @@ import logging
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
+from .checkpoint import shard_name
+from .config import Config
+
 log = logging.getLogger(__name__)
 
 
@@ -38,6 +41,10 @@ def lease_name(base: str, database: str | None, shard: str) -> str:
     if len(name) <= MAX_LOCK_NAME:
         return name
     return f"{base[:24]}:{hashlib.sha256(name.encode()).hexdigest()[:32]}"
+
+
+def lease_name_for(config: Config) -> str:
+    return lease_name(config.ha.lock_name, config.source_url().database, shard_name(config))
 
 
 class MySqlLease:

@@ -7,17 +7,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from datetime import datetime
 
 from sqlalchemy import text
 
-from .checkpoint import Checkpoint, CheckpointStore, shard_name
+from .checkpoint import Checkpoint, CheckpointStore
+from .clock import SourceClock
 from .config import Config
-from .lease import lease_name
+from .lease import lease_name_for
 from .mapping import trace_id_for
 from .poller import Poller
 from .rows import RunRow, is_terminal
-from .source import Source
+from .source import Backlog, Source
 
 
 @dataclass(frozen=True)
@@ -36,22 +36,17 @@ class ShardStatus:
         return asdict(self)
 
 
-def shard_statuses(store: CheckpointStore, source: Source) -> list[ShardStatus]:
-    newest = source.newest_run()
-    newest_id, newest_at = newest if newest else (0, None)
+def shard_statuses(store: CheckpointStore, source: Source, clock: SourceClock) -> list[ShardStatus]:
     out = []
     for name, checkpoint, saved_at in store.load_all():
-        mark = source.created_at_from(checkpoint.high_water) if checkpoint.high_water else None
-        lag_seconds = None
-        if mark and isinstance(mark[1], datetime) and isinstance(newest_at, datetime):
-            lag_seconds = 0.0 if checkpoint.high_water >= newest_id else max((newest_at - mark[1]).total_seconds(), 0.0)
+        backlog = source.backlog(checkpoint.high_water, clock) or Backlog(0, 0, None)
         out.append(
             ShardStatus(
                 shard=name,
                 high_water_id=checkpoint.high_water,
-                newest_id=newest_id,
-                lag_runs=max(newest_id - checkpoint.high_water, 0),
-                lag_seconds=lag_seconds,
+                newest_id=backlog.newest_id,
+                lag_runs=backlog.runs,
+                lag_seconds=backlog.seconds,
                 pending_runs=len(checkpoint.pending),
                 gaps=len(checkpoint.gaps),
                 saved_at=saved_at,
@@ -75,7 +70,7 @@ def lease_holder(config: Config, source: Source) -> int | None:
     """The connection id holding this shard's HA lease, if another instance runs."""
     if not config.ha.enabled or source.engine.dialect.name != "mysql":
         return None
-    name = lease_name(config.ha.lock_name, config.source_url().database, shard_name(config))
+    name = lease_name_for(config)
     with source.engine.connect() as conn:
         return conn.execute(text("SELECT IS_USED_LOCK(:name)"), {"name": name}).scalar()
 

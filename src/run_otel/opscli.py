@@ -35,7 +35,7 @@ def status(config_path: Path | None, as_json: bool) -> None:
     def body() -> None:
         store = CheckpointStore(config, create=False)
         source = Source(config)
-        rows = shard_statuses(store, source)
+        rows = shard_statuses(store, source, SourceClock(config.source.timezone))
         if not rows:
             fail(f"state store {store.describe()} holds no checkpoint yet")
         if as_json:

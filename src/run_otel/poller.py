@@ -234,20 +234,11 @@ class Poller:
         if self._high_water is None:
             return
         try:
-            newest = self._source.newest_run()
-            mark = self._source.created_at_from(self._high_water) if self._high_water else None
+            backlog = self._source.backlog(self._high_water, self._source_clock)
         except SourceError:
             return  # the database is away: the poll's own error says so
-        if newest is None:
-            return
-        newest_id, newest_at = newest
-        if newest_id <= self._high_water:
-            self._recorder.backlog(0, 0.0)
-            return
-        newest_epoch = self._source_clock.epoch(newest_at)
-        mark_epoch = self._source_clock.epoch(mark[1]) if mark else None
-        seconds = max(newest_epoch - mark_epoch, 0.0) if newest_epoch is not None and mark_epoch is not None else None
-        self._recorder.backlog(newest_id - self._high_water, seconds)
+        if backlog is not None:
+            self._recorder.backlog(backlog.runs, backlog.seconds)
 
     def _load_checkpoint(self) -> Checkpoint:
         saved = self._store.load()

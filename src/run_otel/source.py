@@ -11,12 +11,13 @@ import logging
 import ssl
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from sqlalchemy import Engine, create_engine, event, func, select
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import SQLAlchemyError
 
-from .clock import ClockSample
+from .clock import ClockSample, SourceClock
 from .config import VERIFYING_TLS_MODES, Config, SourceConfig
 from .content import RUN_CONTENT_COLUMNS, TOOL_CONTENT_COLUMNS, ContentPolicy
 from .rows import RunRow, ToolRow
@@ -28,6 +29,12 @@ log = logging.getLogger(__name__)
 # the content columns come last, and only when the content policy asks for them.
 RUN_COLUMNS = tuple(name for name in RunRow._fields if name not in RUN_CONTENT_COLUMNS)
 TOOL_COLUMNS = tuple(name for name in ToolRow._fields if name not in TOOL_CONTENT_COLUMNS)
+
+
+class Backlog(NamedTuple):
+    newest_id: int
+    runs: int  # run ids above the checkpoint
+    seconds: float | None  # the newest run's created_at minus the checkpoint run's
 
 
 class SourceError(RuntimeError):
@@ -181,6 +188,19 @@ class Source:
         """The newest run's id and created_at: one primary-key probe."""
         rows = self._fetch(select(diagnosis_run.c.id, diagnosis_run.c.created_at).order_by(diagnosis_run.c.id.desc()).limit(1))
         return (int(rows[0][0]), rows[0][1]) if rows else None
+
+    def backlog(self, high_water: int, clock: SourceClock) -> Backlog | None:
+        """What waits above ``high_water``: two primary-key probes. None when there are no runs."""
+        newest = self.newest_run()
+        if newest is None:
+            return None
+        newest_id, newest_at = newest
+        if newest_id <= high_water:
+            return Backlog(newest_id, 0, 0.0)
+        mark = self.created_at_from(high_water) if high_water else None
+        newest_epoch, mark_epoch = clock.epoch(newest_at), clock.epoch(mark[1]) if mark else None
+        seconds = max(newest_epoch - mark_epoch, 0.0) if newest_epoch is not None and mark_epoch is not None else None
+        return Backlog(newest_id, newest_id - high_water, seconds)
 
     def created_at_from(self, first_id: int) -> tuple[int, datetime] | None:
         """The first run at or after ``first_id``: a primary-key probe, for backfill bounds."""
