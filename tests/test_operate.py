@@ -33,6 +33,8 @@ def test_status_shows_lag_pending_and_gaps_in_text_and_json(agent_db, otlp, tmp_
     text = run_cli("status", "--config", config)
     assert text.returncode == 0
     assert "default" in text.stdout and "state store sqlite:///" in text.stdout
+    row_line = next(line for line in text.stdout.splitlines() if line.strip().startswith("default"))
+    assert "ago)" in row_line  # one line per shard, not wrapped at 80 columns in a pipe
 
 
 def test_rewind_then_once_resends_exactly_the_runs_from_that_id(agent_db, otlp, tmp_path):

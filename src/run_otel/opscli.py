@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -48,7 +49,8 @@ def status(config_path: Path | None, as_json: bool) -> None:
             saved = datetime.fromtimestamp(row.saved_at, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
             table.add_row(row.shard, str(row.high_water_id), str(row.newest_id), str(row.lag_runs), lag,
                           str(row.pending_runs), str(row.gaps), f"{saved} ({time.time() - row.saved_at:.0f}s ago)")
-        console = Console(highlight=False, soft_wrap=True)
+        # A table wraps at 80 columns in a pipe; give it room where no terminal says how wide.
+        console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
         console.print(table)
         console.print(f"state store {rows[0].state_store}; source {source.describe()}")
 
