@@ -3,6 +3,8 @@
 #   - Debian packages: mariadb-server (the tests start their own server on
 #     loopback, in a temp datadir) and prometheus (prometheus + promtool 2.42)
 #   - a virtualenv in .venv with run-otel and its test extra (rotel, hypothesis, ...)
+#   - the Go test peers, built from pinned modules by scripts/peers.sh: Jaeger v2
+#     and two OpenTelemetry Collector builds (needs Go >= 1.26 and the module proxy)
 # Extra arguments go to pytest, e.g. scripts/test.sh -k mapping
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +27,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[test]'
+bash scripts/peers.sh
 
 # Lint and types first: a wrong name fails in seconds, not after the servers start.
 .venv/bin/ruff check src tests bench scripts
