@@ -350,3 +350,129 @@ class Prometheus:
         if reply["status"] != "success":
             raise AssertionError(f"{expr}: {reply}")
         return reply["data"]["result"]
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def peer_binary(name: str) -> str:
+    """A Go test peer built by scripts/peers.sh (the README's test command runs it)."""
+    path = ROOT / ".peers" / "bin" / name
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: run scripts/peers.sh, which the README's test command runs")
+    return str(path)
+
+
+class CollectorProgram:
+    """A program built on the OpenTelemetry Collector framework (the collector, Jaeger v2), run
+    with a shipped config file and only its listen and send endpoints changed, by --set."""
+
+    def __init__(self, base: Path, name: str, config: Path, endpoints: dict[str, str], health: str):
+        self.base = base
+        self.name = name
+        self.config = config
+        self.endpoints = endpoints
+        self.health = health
+        self.telemetry_port = free_port()
+        self.process: subprocess.Popen | None = None
+
+    def command(self) -> list[str]:
+        # The framework's own metrics listen on :8888 by default; each program gets a port of its own.
+        telemetry = (
+            "yaml:service::telemetry::metrics::readers: "
+            f"[{{pull: {{exporter: {{prometheus: {{host: 127.0.0.1, port: {self.telemetry_port}}}}}}}}}]"
+        )
+        sets = [f"--set={key}={value}" for key, value in self.endpoints.items()]
+        return [peer_binary(self.name), f"--config={self.config}", f"--config={telemetry}", *sets]
+
+    def start(self) -> None:
+        log = (self.base / f"{self.name}.log").open("ab")
+        self.process = subprocess.Popen(self.command(), stdout=log, stderr=log)
+        wait_for(self._healthy, 60, f"{self.name} to report healthy", 0.1)
+
+    def _healthy(self) -> bool:
+        import requests
+
+        if self.process and self.process.poll() is not None:
+            raise RuntimeError(f"{self.name} exited: {(self.base / f'{self.name}.log').read_text()[-2000:]}")
+        try:
+            return requests.get(self.health, timeout=1).status_code == 200
+        except requests.RequestException:
+            return False
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+
+def validate_config(program: str, config: Path) -> subprocess.CompletedProcess:
+    """`<program> validate`: loads the config the way the program would, without starting it."""
+    return subprocess.run([peer_binary(program), "validate", f"--config={config}"], capture_output=True, text=True, timeout=60)
+
+
+class Jaeger(CollectorProgram):
+    """Jaeger v2 with the repository's config/jaeger.yaml: memory storage, all on loopback."""
+
+    def __init__(self, base: Path):
+        self.otlp_port, self.query_port = free_port(), free_port()
+        health_port = free_port()
+        super().__init__(
+            base,
+            "jaeger",
+            ROOT / "config" / "jaeger.yaml",
+            {
+                "receivers.otlp.protocols.grpc.endpoint": f"127.0.0.1:{self.otlp_port}",
+                "receivers.otlp.protocols.http.endpoint": f"127.0.0.1:{free_port()}",
+                "extensions.jaeger_query.http.endpoint": f"127.0.0.1:{self.query_port}",
+                "extensions.jaeger_query.grpc.endpoint": f"127.0.0.1:{free_port()}",
+                "extensions.healthcheckv2.http.endpoint": f"127.0.0.1:{health_port}",
+            },
+            f"http://127.0.0.1:{health_port}/status",
+        )
+
+    def api(self, path: str, **params) -> dict:
+        import requests
+
+        reply = requests.get(f"http://127.0.0.1:{self.query_port}/api/{path}", params=params, timeout=10)
+        reply.raise_for_status()
+        return reply.json()
+
+    def trace(self, trace_id: str) -> dict | None:
+        """The trace as the Jaeger UI gets it (after its adjusters), or None when unknown."""
+        import requests
+
+        try:
+            data = self.api(f"traces/{trace_id}")["data"]
+        except requests.HTTPError as error:
+            if error.response is not None and error.response.status_code == 404:
+                return None
+            raise
+        return data[0] if data else None
+
+
+class Collector(CollectorProgram):
+    """The OpenTelemetry Collector with the repository's config/otel-collector.yaml, sending to
+    the test's Jaeger and, in place of Tempo, to a Receiver."""
+
+    def __init__(self, base: Path, jaeger: str, tempo: str):
+        self.grpc_port, self.http_port = free_port(), free_port()
+        health_port = free_port()
+        super().__init__(
+            base,
+            "otelcol",
+            ROOT / "config" / "otel-collector.yaml",
+            {
+                "receivers.otlp.protocols.grpc.endpoint": f"127.0.0.1:{self.grpc_port}",
+                "receivers.otlp.protocols.http.endpoint": f"127.0.0.1:{self.http_port}",
+                "exporters.otlp/jaeger.endpoint": jaeger,
+                "exporters.otlp/tempo.endpoint": tempo,
+                "extensions.health_check.endpoint": f"127.0.0.1:{health_port}",
+            },
+            f"http://127.0.0.1:{health_port}/",
+        )

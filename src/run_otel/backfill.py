@@ -81,3 +81,16 @@ def order_warning(plan: Plan, outside_window: int, source: Source) -> str | None
         "the probed id range and were NOT exported. For a complete backfill, re-run with --full-scan "
         "(reads every id once) or give the id range with --from-id/--to-id."
     )
+
+
+def where_to_find(first_trace: str, last_trace: str) -> list[str]:
+    """The closing lines of a backfill: where its runs can be opened, and where not."""
+    if not first_trace:
+        return []
+    return [
+        f"first trace {first_trace}, last trace {last_trace}",
+        "Jaeger: open them by trace id, or search the window above.",
+        "Tempo: open them by trace id. Its search finds spans older than "
+        "storage.trace.wal.ingestion_time_range_slack (default 2m) only when that was raised "
+        "before the backfill; see the README's Backfill section.",
+    ]

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from . import __version__
-from .backfill import Window, order_warning, plan
+from .backfill import where_to_find, Window, order_warning, plan
 from .check import FAIL, OK, WARN, run_checks
 from .cliutil import CONFIG_OPTION, EXIT_FAILED, EXIT_USAGE, SHARD_OPTION, fail, guarded, load
 from .clock import SourceClock
@@ -156,12 +156,8 @@ def _backfill(config: Config, window: Window, ids: tuple, with_metrics: bool) ->
                 ids_plan.first_id, ids_plan.last_id, advance, record_metrics=with_metrics, created_in=window.contains
             )
     click.echo(f"backfilled {total.run_count} runs ({total.spans} spans) {window.describe()} in {time.monotonic() - started:.1f}s")
-    if first_trace:
-        click.echo(f"first trace {first_trace}, last trace {last_trace}")
-        click.echo(
-            "Jaeger finds them by trace id or by a search over their own time range. Tempo finds them by trace id; "
-            "its search may miss old runs, since it bounds a block's time range by when it was ingested."
-        )
+    for line in where_to_find(first_trace, last_trace):
+        click.echo(line)
     warning = order_warning(ids_plan, total.outside_window, source)
     if warning:
         console.print(f"[bold red]WARNING:[/] {warning}")

@@ -1,0 +1,50 @@
+"""Every shipped collector, Jaeger and Prometheus config loads in the real program, and a typo in
+each is caught: `otelcol validate`, `jaeger validate` and `promtool check config`."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from servers import ROOT, _binary, validate_config
+
+CONFIG = ROOT / "config"
+
+SHIPPED = [
+    ("otelcol", CONFIG / "otel-collector.yaml", ("send_batch_size:", "send_batch_sise:"), "send_batch_sise"),
+    ("otelcol-gateway", CONFIG / "otel-gateway.yaml", ("routing_key:", "routing_kee:"), "routing_kee"),
+    # The resolver's port is a string: the README's snippet had it unquoted, which does not load.
+    ("otelcol-gateway", CONFIG / "otel-gateway.yaml", ('port: "4317"', "port: 4317"), "port"),
+    ("jaeger", CONFIG / "jaeger.yaml", ("max_traces:", "max_trace:"), "max_trace"),
+]
+
+
+def broken_copy(config: Path, tmp_path: Path, change: tuple[str, str]) -> Path:
+    text = config.read_text()
+    assert change[0] in text, f"{config.name} no longer has {change[0]!r}; update the test"
+    path = tmp_path / config.name
+    path.write_text(text.replace(change[0], change[1], 1))
+    return path
+
+
+@pytest.mark.parametrize(("program", "config", "change", "named"), SHIPPED, ids=lambda v: getattr(v, "name", None))
+def test_the_shipped_config_loads_and_a_typo_in_it_does_not(program, config, change, named, tmp_path):
+    loaded = validate_config(program, config)
+    assert loaded.returncode == 0, loaded.stderr
+    broken = validate_config(program, broken_copy(config, tmp_path, change))
+    assert broken.returncode != 0
+    assert named in broken.stderr
+
+
+def promtool_check(config: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([_binary("promtool"), "check", "config", str(config)], capture_output=True, text=True, timeout=60)
+
+
+def test_prometheus_config_and_its_rules_load_in_promtool(tmp_path):
+    checked = promtool_check(CONFIG / "prometheus" / "prometheus.yml")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "alerts.yml" in checked.stdout  # the rule file was found and checked too
+    (tmp_path / "alerts.yml").write_text((CONFIG / "prometheus" / "alerts.yml").read_text())
+    broken = broken_copy(CONFIG / "prometheus" / "prometheus.yml", tmp_path, ("scrape_interval:", "scrape_intervall:"))
+    assert promtool_check(broken).returncode != 0

@@ -1,0 +1,209 @@
+"""End to end on the real stack: MariaDB -> run-otel -> the OpenTelemetry Collector running the
+repository's config/otel-collector.yaml -> Jaeger v2 with memory storage, read back through
+Jaeger's HTTP query API. The collector's second exporter (Tempo's in the shipped config) points
+at the test's Receiver, which shows what really went over the wire."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from conftest import bridge_sections, run_cli, utc_now_naive, write_config
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+from opentelemetry.proto.common.v1 import common_pb2
+from opentelemetry.proto.trace.v1 import trace_pb2
+from servers import Collector, Jaeger, Receiver, wait_for
+from test_bridge_mariadb import assert_trace_matches, expected_traces, seed
+
+SERVICE = "diagnosis-agent"
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    base = tmp_path_factory.mktemp("stack")
+    tempo = Receiver()
+    tempo.start()
+    jaeger = Jaeger(base)
+    jaeger.start()
+    collector = Collector(base, f"127.0.0.1:{jaeger.otlp_port}", tempo.endpoint)
+    collector.start()
+    yield jaeger, collector, tempo
+    collector.stop()
+    jaeger.stop()
+    tempo.stop()
+
+
+def config_path(agent_db, tmp_path, collector) -> str:
+    sections = bridge_sections(agent_db, tmp_path, f"http://127.0.0.1:{collector.grpc_port}")
+    return str(write_config(tmp_path / "run-otel.toml", sections))
+
+
+# -- Jaeger's JSON, read back into OTLP spans so the mapping assertions apply as they are --------
+
+
+def _otlp_value(tag: dict) -> common_pb2.AnyValue:
+    kind, value = tag["type"], tag["value"]
+    if kind == "int64":
+        return common_pb2.AnyValue(int_value=int(value))
+    if kind == "float64":
+        return common_pb2.AnyValue(double_value=float(value))
+    if kind == "bool":
+        return common_pb2.AnyValue(bool_value=bool(value))
+    return common_pb2.AnyValue(string_value=str(value))
+
+
+def otlp_span(span: dict) -> trace_pb2.Span:
+    tags = {tag["key"]: tag for tag in span["tags"]}
+    parents = [ref["spanID"] for ref in span.get("references") or [] if ref["refType"] == "CHILD_OF"]
+    start_ns = span["startTime"] * 1000
+    return trace_pb2.Span(
+        trace_id=bytes.fromhex(span["traceID"]),
+        span_id=bytes.fromhex(span["spanID"]),
+        parent_span_id=bytes.fromhex(parents[0]) if parents else b"",
+        name=span["operationName"],
+        start_time_unix_nano=start_ns,
+        end_time_unix_nano=start_ns + span["duration"] * 1000,
+        attributes=[common_pb2.KeyValue(key=key, value=_otlp_value(tag)) for key, tag in tags.items()],
+        status=trace_pb2.Status(code=2 if tags.get("otel.status_code", {}).get("value") == "ERROR" else 0),
+    )
+
+
+def span_ids(trace: dict) -> Counter:
+    return Counter(span["spanID"] for span in trace["spans"])
+
+
+def warnings_of(trace: dict) -> list[str]:
+    return [warning for span in trace["spans"] for warning in span.get("warnings") or []]
+
+
+def jaeger_trace(jaeger: Jaeger, trace_id: str, spans: int) -> dict:
+    return wait_for(
+        lambda: (trace := jaeger.trace(trace_id)) and len(trace["spans"]) >= spans and trace,
+        30,
+        f"{spans} spans of trace {trace_id} in Jaeger",
+        0.2,
+    )
+
+
+def received_copies(tempo: Receiver, trace_id: str) -> Counter:
+    return Counter(span.span_id.hex() for _r, _s, span in tempo.spans() if span.trace_id.hex() == trace_id)
+
+
+def us(moment: datetime) -> int:
+    return int(moment.replace(tzinfo=UTC).timestamp() * 1_000_000)
+
+
+# -- the tests ------------------------------------------------------------------------------------
+
+
+def test_each_run_opens_in_jaeger_by_the_uuid_of_its_run_id_as_mapped(stack, agent_db, tmp_path):
+    jaeger, collector, _tempo = stack
+    seed(agent_db, 25, seed_value=21, waiting=0)
+    expected = expected_traces(agent_db)
+    done = run_cli("once", "--config", config_path(agent_db, tmp_path, collector))
+    assert done.returncode == 0, done.stderr
+    failed_tools = 0
+    for run, tools in expected.values():
+        # What an SRE pastes: the UUID of run-<uuid>, as Jaeger's trace-id lookup takes it.
+        run_uuid = uuid.UUID(run["run_id"].removeprefix("run-"))
+        trace = jaeger_trace(jaeger, run_uuid.hex, 1 + len(tools))
+        assert trace["traceID"] == run_uuid.hex
+        assert [p["serviceName"] for p in trace["processes"].values()] == [SERVICE]
+        assert sorted(span_ids(trace).values()) == [1] * (1 + len(tools))
+        assert_trace_matches(run, tools, [otlp_span(span) for span in trace["spans"]])
+        assert warnings_of(trace) == [], warnings_of(trace)
+        failed_tools += sum(1 for tool in tools if tool["success"] == 0)
+    assert failed_tools > 0  # error status was really compared, not only OK
+
+
+def test_a_trace_jaeger_must_adjust_carries_warnings_the_checks_above_would_see(stack):
+    # The control for `warnings_of(trace) == []`: a tool span whose root never arrived.
+    jaeger, collector, _tempo = stack
+    trace_id, orphan = uuid.uuid4().bytes, uuid.uuid4().bytes[:8]
+    now = int(datetime.now(UTC).timestamp() * 1e9)
+    span = trace_pb2.Span(
+        trace_id=trace_id, span_id=orphan, parent_span_id=b"\x01" * 8, name="execute_tool x",
+        start_time_unix_nano=now, end_time_unix_nano=now + 1_000_000,
+    )
+    request = trace_service_pb2.ExportTraceServiceRequest(
+        resource_spans=[
+            trace_pb2.ResourceSpans(
+                resource={"attributes": [common_pb2.KeyValue(key="service.name", value=common_pb2.AnyValue(string_value=SERVICE))]},
+                scope_spans=[trace_pb2.ScopeSpans(spans=[span])],
+            )
+        ]
+    )
+    import requests
+
+    reply = requests.post(
+        f"http://127.0.0.1:{collector.http_port}/v1/traces",
+        data=request.SerializeToString(),
+        headers={"Content-Type": "application/x-protobuf"},
+        timeout=10,
+    )
+    assert reply.status_code == 200
+    trace = jaeger_trace(jaeger, trace_id.hex(), 1)
+    assert warnings_of(trace), trace
+
+
+def test_a_second_backfill_of_the_same_rows_leaves_one_copy_of_each_span(stack, agent_db, tmp_path):
+    jaeger, collector, tempo = stack
+    seed(agent_db, 6, seed_value=22, waiting=0)  # a seed of its own: ids of its own
+    expected = expected_traces(agent_db)
+    config = config_path(agent_db, tmp_path, collector)
+    since = (utc_now_naive() - timedelta(days=1)).isoformat()
+    for _ in range(2):
+        done = run_cli("backfill", "--config", config, "--since", since)
+        assert done.returncode == 0, done.stderr
+    for trace_id, (_run, tools) in expected.items():
+        spans = 1 + len(tools)
+        # The precondition: every span really went over the wire twice.
+        wait_for(lambda: sorted(received_copies(tempo, trace_id).values()) == [2] * spans, 30, f"two copies sent: {received_copies(tempo, trace_id)} {done.stdout}")
+        trace = jaeger_trace(jaeger, trace_id, spans)
+        assert sorted(span_ids(trace).values()) == [1] * spans
+
+    # The same rows with one resource attribute changed are different spans, and Jaeger shows both.
+    done = run_cli(
+        "backfill", "--config", config, "--since", since, env={"OTEL_RESOURCE_ATTRIBUTES": "deployment.environment.name=replay"}
+    )
+    assert done.returncode == 0, done.stderr
+    for trace_id, (_run, tools) in expected.items():
+        trace = jaeger_trace(jaeger, trace_id, 2 * (1 + len(tools)))
+        assert sorted(span_ids(trace).values()) == [2] * (1 + len(tools))
+
+
+def test_a_run_backfilled_a_month_late_is_found_by_a_search_over_its_own_hour(stack, agent_db, tmp_path):
+    jaeger, collector, _tempo = stack
+    created = (utc_now_naive() - timedelta(days=30)).replace(minute=20, second=0)
+    run_uuid = uuid.uuid4()
+    agent_db.execute(
+        "INSERT INTO diagnosis_run (run_id, session_id, query, status, total_duration_ms, created_at, updated_at) "
+        "VALUES (%s, 's', 'q', 'SUCCESS', 4000, %s, %s)",
+        f"run-{run_uuid}",
+        created,
+        created,
+    )
+    agent_db.execute(
+        "INSERT INTO tool_invocation (run_id, session_id, tool_name, input_params, success, duration_ms, created_at) "
+        "VALUES (%s, 's', 'kb_search', '{}', 1, 500, %s)",
+        f"run-{run_uuid}",
+        created + timedelta(seconds=2),
+    )
+    config = config_path(agent_db, tmp_path, collector)
+    done = run_cli(
+        "backfill", "--config", config, "--since", (created - timedelta(hours=1)).isoformat(), "--until", (created + timedelta(hours=1)).isoformat()
+    )
+    assert done.returncode == 0, done.stderr
+    # The closing summary says where to look: the window, the trace ids, and Tempo's limit.
+    assert f"first trace {run_uuid.hex}, last trace {run_uuid.hex}" in done.stdout
+    assert created.strftime("%Y-%m-%d") in done.stdout
+    assert "ingestion_time_range_slack" in done.stdout
+    jaeger_trace(jaeger, run_uuid.hex, 2)
+
+    hour = created.replace(minute=0)
+    found = jaeger.api("traces", service=SERVICE, start=us(hour), end=us(hour + timedelta(hours=1)), limit=100)["data"]
+    assert run_uuid.hex in {trace["traceID"] for trace in found}
+    recent = jaeger.api("traces", service=SERVICE, lookback="1h", limit=1000)["data"]
+    assert run_uuid.hex not in {trace["traceID"] for trace in recent}
