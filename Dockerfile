@@ -27,7 +27,9 @@ WORKDIR /var/lib/run-otel
 ENV RUN_OTEL_CONFIG=/etc/run-otel/run-otel.toml \
     PYTHONUNBUFFERED=1
 EXPOSE 9464
-HEALTHCHECK --interval=15s --timeout=3s --start-period=30s --retries=3 \
-    CMD ["python", "-c", "import sys, urllib.request; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:9464/readyz', timeout=2).status == 200 else 1)"]
+# `run-otel health` probes /readyz on metrics.host/metrics.port as the daemon
+# reads them (file and RUN_OTEL_* variables), so the check follows a changed port.
+HEALTHCHECK --interval=15s --timeout=5s --start-period=30s --retries=3 \
+    CMD ["run-otel", "health"]
 ENTRYPOINT ["run-otel"]
 CMD ["run"]

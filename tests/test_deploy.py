@@ -58,6 +58,15 @@ def test_images_are_pinned_and_ports_stay_on_loopback():
             assert port.startswith("127.0.0.1:"), (name, port)
 
 
+def test_every_service_restarts_and_jaeger_runs_the_config_the_tests_validate():
+    for name, service in SERVICES.items():
+        assert service.get("restart") == "unless-stopped", name
+    jaeger = SERVICES["jaeger"]
+    (mount,) = [v.split(":") for v in jaeger["volumes"]]
+    assert mount[0] == "./config/jaeger.yaml"  # tests/test_peer_configs.py loads it in Jaeger v2
+    assert jaeger["command"] == [f"--config={mount[1]}"]
+
+
 def test_run_otel_sends_to_a_port_the_collector_receives_on():
     config = build_config(tomllib.loads(COMPOSE_CONFIG.read_text()))
     host, port = host_port(config.export_endpoint())
@@ -110,11 +119,13 @@ def test_every_config_file_parses():
     assert parsed >= 8
 
 
-def test_the_dockerfile_is_multi_stage_non_root_and_checks_readyz():
+def test_the_dockerfile_is_multi_stage_non_root_and_checks_health_on_the_configured_port():
     text = (ROOT / "Dockerfile").read_text()
     assert len(re.findall(r"^FROM python:3\.11-slim", text, re.M)) == 2
     assert re.search(r"^USER 10001", text, re.M)
-    assert "HEALTHCHECK" in text and "/readyz" in text
+    # `run-otel health` reads metrics.port from the config; a hard-coded URL would not follow it.
+    (check,) = re.findall(r"^HEALTHCHECK .*\n\s+CMD (.*)$", text, re.M)
+    assert json.loads(check) == ["run-otel", "health"] and "health" in cli.commands
     assert 'ENTRYPOINT ["run-otel"]' in text and 'CMD ["run"]' in text
     assert "/etc/run-otel/run-otel.toml" in text
     assert (ROOT / ".dockerignore").exists()

@@ -154,3 +154,26 @@ def test_a_successful_once_is_quiet_at_info(agent_db, otlp, tmp_path):
     assert "exported 36 runs" in done.stdout
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) <= 2, lines
+
+
+def test_health_probes_the_port_the_config_names_and_follows_an_override(agent_db, otlp, tmp_path):
+    from conftest import DaemonProcess
+    from servers import free_port
+
+    port = free_port()
+    config = config_file(agent_db, tmp_path, otlp, metrics={"enabled": True, "host": "0.0.0.0", "port": port})
+    daemon = DaemonProcess(config, tmp_path / "daemon.log")
+    try:
+        wait_for(lambda: run_cli("health", "--config", config).returncode == 0, 30, "the daemon to be ready")
+        done = run_cli("health", "--config", config, "--live")
+        assert done.returncode == 0 and f"http://127.0.0.1:{port}/healthz: 200" in done.stdout
+        # The same config with the port moved by the environment: the probe follows, finds nothing.
+        other = free_port()
+        started = time.monotonic()
+        moved = run_cli("health", "--config", config, env={"RUN_OTEL_METRICS__PORT": str(other)})
+        assert moved.returncode == 1 and f"127.0.0.1:{other}/readyz: no answer" in moved.stdout
+        assert time.monotonic() - started < 10
+    finally:
+        daemon.terminate()
+    off = run_cli("health", "--config", config, env={"RUN_OTEL_METRICS__ENABLED": "false"})
+    assert off.returncode == 2 and "metrics.enabled is false" in off.stderr

@@ -91,6 +91,14 @@ def received_copies(tempo: Receiver, trace_id: str) -> Counter:
     return Counter(span.span_id.hex() for _r, _s, span in tempo.spans() if span.trace_id.hex() == trace_id)
 
 
+def wait_for_copies(tempo: Receiver, trace_id: str, spans: int, copies: int) -> None:
+    wait_for(
+        lambda: sorted(received_copies(tempo, trace_id).values()) == [copies] * spans,
+        30,
+        f"{copies} copies of each span of {trace_id} to be sent",
+    )
+
+
 def us(moment: datetime) -> int:
     return int(moment.replace(tzinfo=UTC).timestamp() * 1_000_000)
 
@@ -124,13 +132,19 @@ def test_a_trace_jaeger_must_adjust_carries_warnings_the_checks_above_would_see(
     trace_id, orphan = uuid.uuid4().bytes, uuid.uuid4().bytes[:8]
     now = int(datetime.now(UTC).timestamp() * 1e9)
     span = trace_pb2.Span(
-        trace_id=trace_id, span_id=orphan, parent_span_id=b"\x01" * 8, name="execute_tool x",
-        start_time_unix_nano=now, end_time_unix_nano=now + 1_000_000,
+        trace_id=trace_id,
+        span_id=orphan,
+        parent_span_id=b"\x01" * 8,
+        name="execute_tool x",
+        start_time_unix_nano=now,
+        end_time_unix_nano=now + 1_000_000,
     )
     request = trace_service_pb2.ExportTraceServiceRequest(
         resource_spans=[
             trace_pb2.ResourceSpans(
-                resource={"attributes": [common_pb2.KeyValue(key="service.name", value=common_pb2.AnyValue(string_value=SERVICE))]},
+                resource={
+                    "attributes": [common_pb2.KeyValue(key="service.name", value=common_pb2.AnyValue(string_value=SERVICE))]
+                },
                 scope_spans=[trace_pb2.ScopeSpans(spans=[span])],
             )
         ]
@@ -160,7 +174,7 @@ def test_a_second_backfill_of_the_same_rows_leaves_one_copy_of_each_span(stack, 
     for trace_id, (_run, tools) in expected.items():
         spans = 1 + len(tools)
         # The precondition: every span really went over the wire twice.
-        wait_for(lambda: sorted(received_copies(tempo, trace_id).values()) == [2] * spans, 30, f"two copies sent: {received_copies(tempo, trace_id)} {done.stdout}")
+        wait_for_copies(tempo, trace_id, spans, 2)
         trace = jaeger_trace(jaeger, trace_id, spans)
         assert sorted(span_ids(trace).values()) == [1] * spans
 
@@ -193,7 +207,13 @@ def test_a_run_backfilled_a_month_late_is_found_by_a_search_over_its_own_hour(st
     )
     config = config_path(agent_db, tmp_path, collector)
     done = run_cli(
-        "backfill", "--config", config, "--since", (created - timedelta(hours=1)).isoformat(), "--until", (created + timedelta(hours=1)).isoformat()
+        "backfill",
+        "--config",
+        config,
+        "--since",
+        (created - timedelta(hours=1)).isoformat(),
+        "--until",
+        (created + timedelta(hours=1)).isoformat(),
     )
     assert done.returncode == 0, done.stderr
     # The closing summary says where to look: the window, the trace ids, and Tempo's limit.

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from . import __version__
-from .backfill import where_to_find, Window, order_warning, plan
+from .backfill import Window, order_warning, plan, where_to_find
 from .check import FAIL, OK, WARN, run_checks
 from .cliutil import CONFIG_OPTION, EXIT_FAILED, EXIT_USAGE, SHARD_OPTION, fail, guarded, load
 from .clock import SourceClock

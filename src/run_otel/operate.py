@@ -97,3 +97,27 @@ def export_run_ids(poller: Poller, run_ids: Sequence[str], incomplete: bool) -> 
     result = poller.export_runs(runs, {r.id for r in runs if not is_terminal(r.status)}) if runs else None
     sent = [(r.run_id, trace_id_for(r.run_id).hex()) for r in runs]
     return ExportOutcome(sent, waiting, unknown, result.spans if result else 0)
+
+
+def probe_url(host: str, port: int, path: str) -> str:
+    """The URL that reaches the metrics server from the same host: a wildcard bind is
+    reached on loopback."""
+    if host in ("", "0.0.0.0", "::"):
+        host = "127.0.0.1"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}{path}"
+
+
+def probe(url: str, timeout: float = 3.0) -> tuple[bool, str]:
+    """(answered 200, what it answered): never raises, never waits past the timeout."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as reply:
+            return reply.status == 200, f"{reply.status} {reply.read(200).decode(errors='replace').strip()}"
+    except urllib.error.HTTPError as error:
+        return False, f"{error.code} {error.read(200).decode(errors='replace').strip()}"
+    except (OSError, ValueError) as error:
+        return False, f"no answer: {getattr(error, 'reason', error)}"

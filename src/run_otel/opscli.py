@@ -1,4 +1,4 @@
-"""The operator's commands: `status`, `rewind` and `export`."""
+"""The operator's commands: `status`, `rewind`, `export`, `config` and `health`."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from rich.console import Console
 from rich.table import Table
 
 from .checkpoint import CheckpointStore
-from .cliutil import CONFIG_OPTION, EXIT_FAILED, SHARD_OPTION, fail, guarded, load
+from .cliutil import CONFIG_OPTION, EXIT_FAILED, EXIT_USAGE, SHARD_OPTION, fail, guarded, load
 from .clock import SourceClock
-from .operate import export_run_ids, lease_holder, rewound, shard_statuses
+from .operate import export_run_ids, lease_holder, probe, probe_url, rewound, shard_statuses
 from .source import Source
 from .times import TimeParam
 from .wiring import build_poller
@@ -143,4 +143,24 @@ def config_command(example: bool) -> None:
     click.echo(files("run_otel").joinpath("example.toml").read_text(encoding="utf-8"), nl=False)
 
 
-COMMANDS = (status, rewind, export_command, config_command)
+@click.command()
+@CONFIG_OPTION
+@click.option("--live", is_flag=True, help="Ask /healthz (the process is alive) instead of /readyz (the last poll succeeded).")
+def health(config_path: Path | None, live: bool) -> None:
+    """Probe the running daemon's /readyz on the configured metrics port.
+
+    Exit 0 when it answers 200 within 3 s, else 1 with the reason. It reads
+    metrics.host and metrics.port from the same config and RUN_OTEL_* variables
+    as the daemon, so a container HEALTHCHECK follows a changed port.
+    """
+    config = load(config_path)
+    if not config.metrics.enabled:
+        fail("metrics.enabled is false, so nothing serves /readyz or /healthz", EXIT_USAGE)
+    url = probe_url(config.metrics.host, config.metrics.port, "/healthz" if live else "/readyz")
+    healthy, why = probe(url)
+    click.echo(f"{url}: {why}")
+    if not healthy:
+        sys.exit(EXIT_FAILED)
+
+
+COMMANDS = (status, rewind, export_command, config_command, health)
