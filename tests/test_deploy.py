@@ -272,3 +272,14 @@ def test_three_shards_split_the_runs_exactly(agent_db: AgentDb, otlp, tmp_path):
     assert "exported 0 runs" in again.stdout  # each shard kept its own checkpoint
     bad = run_cli("once", "--config", str(config), "--shard", "3/3")
     assert bad.returncode == 2 and "--shard must be i/N" in bad.stderr
+
+
+def test_tempo_config_carries_the_backfill_slack_commented_at_the_key_the_readme_names():
+    text = (ROOT / "config/tempo.yaml").read_text()
+    (line,) = [ln for ln in text.splitlines() if "# ingestion_time_range_slack:" in ln]
+    uncommented = yaml.safe_load(text.replace(line, line.replace("# ", "", 1)))
+    slack = uncommented["storage"]["trace"]["wal"]["ingestion_time_range_slack"]
+    assert "ingestion_time_range_slack" not in str(TEMPO)  # shipped off: the default 2m
+    readme = (ROOT / "README.md").read_text()
+    assert f"ingestion_time_range_slack: {slack}" in readme
+    assert "storage:\n    trace:\n      wal:\n        ingestion_time_range_slack" in readme
