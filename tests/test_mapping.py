@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from datetime import UTC, datetime
 
 import pytest
 from otlp_helpers import encode_spans
 
+from run_otel import attributes as A
 from run_otel.config import build_config
-from run_otel.content import CONTENT_ATTRIBUTES
+from run_otel.content import is_content_attribute
 from run_otel.encoding import resource_attributes
 from run_otel.mapping import STATUS_ERROR, STATUS_UNSET, Mapper
 from run_otel.rows import RunRow, ToolRow
@@ -320,7 +322,7 @@ def test_capture_off_exports_no_content_under_any_profile(conventions):
     ]
     mapped = mapper(trace={"conventions": conventions}).map_run(run, tools)
     for span in mapped.spans:
-        assert not set(span.attribute_map()) & CONTENT_ATTRIBUTES, span.name
+        assert not [key for key in span.attribute_map() if is_content_attribute(key)], span.name
     assert b"MARK" not in encode_spans(mapped.spans, {}).SerializeToString()
 
 
@@ -335,7 +337,7 @@ def test_content_goes_only_to_the_attributes_the_policy_names(conventions):
         for key, value in span.attributes:
             if "MARK" in str(value):
                 carriers.add(key)
-    assert carriers and carriers <= CONTENT_ATTRIBUTES
+    assert carriers and all(is_content_attribute(key) for key in carriers), carriers
     assert ("input.value" in carriers) == ("openinference" in conventions)
 
 
@@ -353,17 +355,76 @@ def test_content_when_opted_in_is_redacted_and_truncated():
     assert '"text":"t"' in span["rag.evidence.refs"]
 
 
+OPENINFERENCE = {"conventions": ["gen_ai", "openinference"]}
+EVIDENCE = (
+    '{"evidence_status":"supported","evidence_refs":[{"raw_path":"$.docs[0]","text":"disk full on db-1"},'
+    '{"raw_path":"$.no_evidence","text":"none"},{"raw_path":"$.docs[3]","text":"see runbook 12"}]}'
+)
+
+
 def test_openinference_profile_adds_its_keys():
     run = make_run(query="q?", answer="a.")
-    tool = make_tool(1, input_params="{}", output_preview="out")
-    mapped = mapper(trace={"conventions": ["gen_ai", "openinference"]}, content={"capture": True}).map_run(run, [tool])
+    tool = make_tool(1, retrieval_layer=None, tool_name="query_logs", input_params='{"q": 1}', output_preview="out")
+    mapped = mapper(trace=OPENINFERENCE, content={"capture": True}).map_run(run, [tool])
     root, span = mapped.root.attribute_map(), mapped.spans[1].attribute_map()
     assert root["openinference.span.kind"] == "AGENT"
     assert (root["input.value"], root["output.value"]) == ("q?", "a.")
+    assert (root["input.mime_type"], root["output.mime_type"]) == ("text/plain", "text/plain")
     assert span["openinference.span.kind"] == "TOOL"
-    assert span["tool.name"] == "lookup_knowledge"
+    assert span["tool.name"] == "query_logs"
     assert span["session.id"] == "sess-1"
-    assert (span["input.value"], span["output.value"]) == ("{}", "out")
+    assert (span["input.value"], span["output.value"]) == ('{"q": 1}', "out")
+    assert (span["input.mime_type"], span["output.mime_type"]) == ("application/json", "text/plain")
+    assert not [key for key in span if key.startswith("retrieval.")]
+
+
+def test_a_rag_lookup_is_a_retriever_with_its_evidence_as_documents():
+    tool = make_tool(1, l1_match_count=2, input_params='{"query": "why is db-1 slow", "limit": 5}', retrieval_details=EVIDENCE)
+    off = mapper(trace=OPENINFERENCE).map_run(make_run(), [tool]).spans[1].attribute_map()
+    on = mapper(trace=OPENINFERENCE, content={"capture": True}).map_run(make_run(), [tool]).spans[1].attribute_map()
+    gen_ai_only = mapper().map_run(make_run(), [tool]).spans[1].attribute_map()
+    assert off["openinference.span.kind"] == on["openinference.span.kind"] == "RETRIEVER"
+    # Every gen_ai.*, rag.* and tool.* key of the default profile is still there, unchanged.
+    assert {k: v for k, v in off.items() if k in gen_ai_only} == gen_ai_only
+    documents = {k: v for k, v in off.items() if k.startswith("retrieval.documents.")}
+    assert documents == {
+        "retrieval.documents.0.document.id": "$.docs[0]",
+        "retrieval.documents.0.document.metadata": documents["retrieval.documents.0.document.metadata"],
+        "retrieval.documents.1.document.id": "$.docs[3]",
+        "retrieval.documents.1.document.metadata": documents["retrieval.documents.1.document.metadata"],
+    }
+    assert json.loads(documents["retrieval.documents.1.document.metadata"]) == {
+        "retrieval_layer": "L0", "relevance_level": "PRECISE", "l0_match_count": 3, "l1_match_count": 2
+    }
+    assert "input.value" not in off  # the query is content
+    assert on["retrieval.documents.0.document.content"] == "disk full on db-1"
+    assert on["retrieval.documents.1.document.content"] == "see runbook 12"
+    assert (on["input.value"], on["input.mime_type"]) == ("why is db-1 slow", "text/plain")
+
+
+def test_document_content_is_redacted_and_cut_like_all_content():
+    details = json.dumps({"evidence_refs": [{"raw_path": "$.a", "text": "token sk-abcdefghijklmnop1234 " + "x" * 500}]})
+    tool = make_tool(1, retrieval_details=details)
+    span = mapper(trace=OPENINFERENCE, content={"capture": True, "max_length": 60}).map_run(make_run(), [tool]).spans[1]
+    content = span.attribute_map()["retrieval.documents.0.document.content"]
+    assert "sk-abcdefghijklmnop1234" not in content and "[REDACTED]" in content
+    assert len(content) <= 60
+
+
+def test_openinference_keys_are_the_conventions_own():
+    from openinference.semconv.resource import ResourceAttributes
+    from openinference.semconv.trace import DocumentAttributes, OpenInferenceSpanKindValues, SpanAttributes
+
+    assert A.OPENINFERENCE_SPAN_KIND == SpanAttributes.OPENINFERENCE_SPAN_KIND
+    assert A.OI_RETRIEVAL_DOCUMENTS == SpanAttributes.RETRIEVAL_DOCUMENTS
+    assert (A.OI_DOCUMENT_ID, A.OI_DOCUMENT_CONTENT, A.OI_DOCUMENT_METADATA) == (
+        DocumentAttributes.DOCUMENT_ID, DocumentAttributes.DOCUMENT_CONTENT, DocumentAttributes.DOCUMENT_METADATA
+    )
+    assert (A.OI_INPUT_VALUE, A.OI_INPUT_MIME_TYPE, A.OI_OUTPUT_VALUE, A.OI_OUTPUT_MIME_TYPE) == (
+        SpanAttributes.INPUT_VALUE, SpanAttributes.INPUT_MIME_TYPE, SpanAttributes.OUTPUT_VALUE, SpanAttributes.OUTPUT_MIME_TYPE
+    )
+    assert A.OI_KIND_RETRIEVER == OpenInferenceSpanKindValues.RETRIEVER.value
+    assert A.OI_PROJECT_NAME == ResourceAttributes.PROJECT_NAME
 
 
 def test_span_cap_drops_extra_tools_and_says_so():

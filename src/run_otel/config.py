@@ -83,6 +83,7 @@ class TraceConfig:
     agent_name: str = "diagnosis-agent"
     provider_name: str = ""
     conventions: list[str] = field(default_factory=lambda: ["gen_ai"])
+    project_name: str = ""
     tool_time_anchor: str = "end"
     max_spans_per_trace: int = 1000
 

@@ -14,6 +14,7 @@ connection string, so it is always redacted.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from . import attributes as A
 from .config import ContentConfig
 from .redaction import REDACTED, Redactor
 
-__all__ = ["REDACTED", "ContentPolicy", "Cleaner"]
+__all__ = ["REDACTED", "ContentPolicy", "Cleaner", "is_content_attribute"]
 
 RUN_CONTENT_COLUMNS = ("query", "answer", "published_result")
 TOOL_CONTENT_COLUMNS = ("input_params", "output_preview")
@@ -40,6 +41,13 @@ CONTENT_ATTRIBUTES = frozenset(
         A.OI_OUTPUT_VALUE,
     }
 )
+
+
+def is_content_attribute(key: str) -> bool:
+    """Whether the attribute may carry user content: the fixed keys and each retrieved document's text."""
+    return key in CONTENT_ATTRIBUTES or (
+        key.startswith(A.OI_RETRIEVAL_DOCUMENTS + ".") and key.endswith("." + A.OI_DOCUMENT_CONTENT)
+    )
 
 PII_PATTERNS: tuple[str, ...] = (
     # e-mail addresses
@@ -111,11 +119,14 @@ class ContentPolicy:
             (A.RUN_QUERY, clean(query)), (A.RUN_ANSWER, clean(answer)), (A.RUN_PUBLISHED_RESULT, clean(published_result))
         ]
         if self.openinference:
-            pairs += [(A.OI_INPUT_VALUE, clean(query)), (A.OI_OUTPUT_VALUE, clean(answer))]
+            pairs += _with_mime_types(clean(query), clean(answer))
         return _present(pairs)
 
-    def tool_attributes(self, arguments: str | None, result: str | None, succeeded: bool, evidence_json: str | None) -> Pairs:
-        """``result`` is exported for successful calls only; ``evidence_json`` is the refs with their text."""
+    def tool_attributes(
+        self, arguments: str | None, result: str | None, succeeded: bool, evidence_json: str | None, retriever: bool = False
+    ) -> Pairs:
+        """``result`` is exported for successful calls only; ``evidence_json`` is the refs with their text.
+        A retriever's input is the lookup's query, not its whole argument object."""
         if not self.capture:
             return []
         clean = self.cleaner.clean
@@ -126,8 +137,44 @@ class ContentPolicy:
             (A.RAG_EVIDENCE_REFS, clean(evidence_json)),
         ]
         if self.openinference:
-            pairs += [(A.OI_INPUT_VALUE, clean(arguments)), (A.OI_OUTPUT_VALUE, clean(result))]
+            lookup = _query_of(arguments) if retriever else None
+            pairs += _with_mime_types(clean(lookup if lookup is not None else arguments), clean(result))
         return _present(pairs)
+
+    def document_content(self, text: object) -> str | None:
+        """An evidence ref's text as a retrieved document's content: only with capture on."""
+        if not self.capture or not isinstance(text, str):
+            return None
+        return self.cleaner.clean(text)
+
+
+def _query_of(arguments: str | None) -> str | None:
+    try:
+        value = json.loads(arguments) if arguments else None
+    except ValueError:
+        return None
+    query = value.get("query") if isinstance(value, dict) else None
+    return query if isinstance(query, str) else None
+
+
+def _mime_type(value: str) -> str:
+    # Judged on the value as exported: JSON cut short by max_length is text again.
+    try:
+        json.loads(value)
+    except ValueError:
+        return A.MIME_TEXT
+    return A.MIME_JSON if value.lstrip()[:1] in ("{", "[") else A.MIME_TEXT
+
+
+def _with_mime_types(input_value: str | None, output_value: str | None) -> MaybePairs:
+    pairs: MaybePairs = []
+    for key, mime_key, value in (
+        (A.OI_INPUT_VALUE, A.OI_INPUT_MIME_TYPE, input_value),
+        (A.OI_OUTPUT_VALUE, A.OI_OUTPUT_MIME_TYPE, output_value),
+    ):
+        if value is not None:
+            pairs += [(key, value), (mime_key, _mime_type(value))]
+    return pairs
 
 
 def _present(pairs: MaybePairs) -> Pairs:

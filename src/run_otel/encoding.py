@@ -29,6 +29,8 @@ def resource_attributes(config: Config, env: Mapping[str, str]) -> dict[str, str
         attrs[A.SERVICE_NAMESPACE] = config.service.namespace
     if config.service.environment:
         attrs[A.DEPLOYMENT_ENVIRONMENT_NAME] = config.service.environment
+    if "openinference" in config.trace.conventions:
+        attrs[A.OI_PROJECT_NAME] = config.trace.project_name or config.service.name
     return dict(sorted(attrs.items()))
 
 

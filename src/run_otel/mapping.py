@@ -262,14 +262,45 @@ class Mapper:
         _put(attrs, A.TOOL_DURATION_MS, duration_ms)
         if tool.success is False:
             attrs.append((A.ERROR_TYPE, A.ERROR_TOOL))
+        retriever = tool.retrieval_layer is not None
         if self._openinference:
-            attrs.append((A.OPENINFERENCE_SPAN_KIND, A.OI_KIND_TOOL))
+            # A RAG lookup is a RETRIEVER, so Phoenix shows its evidence as documents.
+            attrs.append((A.OPENINFERENCE_SPAN_KIND, A.OI_KIND_RETRIEVER if retriever else A.OI_KIND_TOOL))
             _put(attrs, A.OI_TOOL_NAME, tool.tool_name)
             _put(attrs, A.SESSION_ID, run.session_id)
+            if retriever and refs:
+                attrs.extend(self._documents(refs, tool))
         if self._content.capture:
             evidence = _compact_json(refs) if refs is not None else None
-            attrs.extend(self._content.tool_attributes(tool.input_params, tool.output_preview, tool.success is True, evidence))
+            attrs.extend(
+                self._content.tool_attributes(
+                    tool.input_params, tool.output_preview, tool.success is True, evidence, retriever and self._openinference
+                )
+            )
         return tuple(attrs)
+
+    def _documents(self, refs: list, tool: ToolRow) -> list[tuple[str, AttrValue]]:
+        """retrieval.documents.N.document.*: one per evidence ref with a raw_path, except $.no_evidence."""
+        metadata = _compact_json(
+            {
+                key: value
+                for key, value in (
+                    ("retrieval_layer", tool.retrieval_layer),
+                    ("relevance_level", tool.relevance_level),
+                    ("l0_match_count", tool.l0_match_count),
+                    ("l1_match_count", tool.l1_match_count),
+                )
+                if value is not None
+            }
+        )
+        pairs: list[tuple[str, AttrValue]] = []
+        documents = [ref for ref in refs if isinstance(ref, dict) and isinstance(ref.get("raw_path"), str)]
+        for n, ref in enumerate(ref for ref in documents if ref["raw_path"] != A.NO_EVIDENCE_PATH):
+            prefix = f"{A.OI_RETRIEVAL_DOCUMENTS}.{n}."
+            pairs.append((prefix + A.OI_DOCUMENT_ID, ref["raw_path"]))
+            _put(pairs, prefix + A.OI_DOCUMENT_CONTENT, self._content.document_content(ref.get("text")))
+            pairs.append((prefix + A.OI_DOCUMENT_METADATA, metadata))
+        return pairs
 
     def _evidence(self, details: dict | None, attrs: list, tool: ToolRow, warnings: list[str]) -> list | None:
         """Adds rag.evidence.* from retrieval_details; returns the refs list for opt-in export."""
