@@ -476,3 +476,76 @@ class Collector(CollectorProgram):
             },
             f"http://127.0.0.1:{health_port}/",
         )
+
+
+class Phoenix:
+    """Arize Phoenix from PyPI, on loopback, with its SQLite database in a temp dir."""
+
+    def __init__(self, base: Path):
+        self.base = base
+        self.port = free_port()
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        import sys
+
+        log = (self.base / "phoenix.log").open("ab")
+        env = {
+            **os.environ,
+            "PHOENIX_HOST": "127.0.0.1",
+            "PHOENIX_PORT": str(self.port),
+            "PHOENIX_GRPC_PORT": str(free_port()),
+            "PHOENIX_WORKING_DIR": str(self.base),
+            "PHOENIX_TELEMETRY_ENABLED": "false",
+        }
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "phoenix.server.main", "serve"], stdout=log, stderr=log, env=env
+        )
+        wait_for(self._healthy, 120, "phoenix to serve", 0.5)
+
+    def _healthy(self) -> bool:
+        import requests
+
+        if self.process and self.process.poll() is not None:
+            raise RuntimeError(f"phoenix exited: {(self.base / 'phoenix.log').read_text()[-2000:]}")
+        try:
+            return requests.get(f"{self.url}/healthz", timeout=2).status_code == 200
+        except requests.RequestException:
+            return False
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def rest(self, path: str, **params) -> list:
+        """Every page of a list endpoint of Phoenix's REST API."""
+        import requests
+
+        items, cursor = [], None
+        while True:
+            reply = requests.get(f"{self.url}/v1/{path}", params={**params, **({"cursor": cursor} if cursor else {})}, timeout=30)
+            if reply.status_code == 404:
+                return []
+            reply.raise_for_status()
+            body = reply.json()
+            items += body["data"]
+            cursor = body.get("next_cursor")
+            if not cursor:
+                return items
+
+    def graphql(self, query: str) -> dict:
+        import requests
+
+        reply = requests.post(f"{self.url}/graphql", json={"query": query}, timeout=30).json()
+        if reply.get("errors"):
+            raise AssertionError(reply["errors"])
+        return reply["data"]
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
