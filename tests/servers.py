@@ -302,10 +302,11 @@ def _port_open(port: int) -> bool:
 class Prometheus:
     """Debian's prometheus (2.42), scraping run-otel on loopback every second."""
 
-    def __init__(self, base: Path, target: str, rules: Path, shipped_config: Path):
+    def __init__(self, base: Path, target: str, rules: Path, shipped_config: Path, extra_args: tuple[str, ...] = ()):
         import yaml
 
         self.base = base
+        self.extra_args = extra_args
         self.port = free_port()
         config = yaml.safe_load(shipped_config.read_text())
         # The shipped scrape config, pointed at the test's run-otel and scraped fast.
@@ -324,6 +325,7 @@ class Prometheus:
                 f"--config.file={self.config}",
                 f"--storage.tsdb.path={self.base / 'tsdb'}",
                 f"--web.listen-address=127.0.0.1:{self.port}",
+                *self.extra_args,
             ],
             stdout=log,
             stderr=log,
@@ -342,6 +344,19 @@ class Prometheus:
         if self.process and self.process.poll() is None:
             self.process.terminate()
             self.process.wait(30)
+
+    def exemplars(self, expr: str, since: float) -> list:
+        """/api/v1/query_exemplars over [since, now]: one entry per series, with its exemplars."""
+        import requests
+
+        reply = requests.get(
+            f"http://127.0.0.1:{self.port}/api/v1/query_exemplars",
+            params={"query": expr, "start": since, "end": time.time() + 1},
+            timeout=10,
+        ).json()
+        if reply["status"] != "success":
+            raise AssertionError(f"{expr}: {reply}")
+        return reply["data"]
 
     def query(self, expr: str) -> list:
         import requests

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import requests
-from conftest import bridge_sections, utc_now_naive, write_config
+from conftest import bridge_sections, table_rows, utc_now_naive, write_config
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from prometheus_client import CollectorRegistry
 from servers import MariaDB, Prometheus, free_port, wait_for
@@ -191,3 +193,102 @@ def test_a_replay_after_a_crash_counts_each_run_once(tmp_path):
     sent = sum(1 for line in (tmp_path / "out.jsonl").read_text().splitlines())
     assert sent >= 2  # the batch really went out twice
     assert first + second + third == len(workload.terminal_runs())
+
+
+def spec_root_span_id(run_id: str) -> str:
+    return hashlib.sha256(f"run:{run_id}".encode()).digest()[:8].hex()
+
+
+def spec_tool_span_id(run_id: str, tool_id: int) -> str:
+    return hashlib.sha256(f"tool_invocation:{run_id}:{tool_id}".encode()).digest()[:8].hex()
+
+
+def exemplar_points(prometheus: Prometheus, expr: str, since: float) -> list[tuple[dict, dict]]:
+    """(series labels, exemplar) for every exemplar Prometheus stored for ``expr``."""
+    return [(series["seriesLabels"], e) for series in prometheus.exemplars(expr, since) for e in series["exemplars"]]
+
+
+def test_exemplars_in_prometheus_open_the_run_and_the_tool_behind_each_bucket(agent_db, otlp, tmp_path):
+    port = free_port()
+    sections = bridge_sections(agent_db, tmp_path, otlp.endpoint("grpc"), metrics={"enabled": True, "port": port})
+    daemon = start_daemon(write_config(tmp_path / "run-otel.toml", sections))
+    prometheus = Prometheus(
+        tmp_path, f"127.0.0.1:{port}", ROOT / "config/prometheus/alerts.yml", ROOT / "config/prometheus/prometheus.yml",
+        ("--enable-feature=exemplar-storage",),
+    )
+    since = time.time() - 5
+    try:
+        wait_for(lambda: http_status(f"http://127.0.0.1:{port}/readyz") == 200, 30, "run-otel ready")
+        # The scraper that asks for OpenMetrics gets exemplars; the text format carries none.
+        openmetrics = requests.get(f"http://127.0.0.1:{port}/metrics", headers={"Accept": "application/openmetrics-text"}, timeout=5)
+        assert openmetrics.headers["Content-Type"].startswith("application/openmetrics-text")
+        prometheus.start()
+        workload = generate(12, 120, anchor=utc_now_naive())
+        insert_workload(agent_db.engine(), workload)
+        terminal = workload.terminal_runs()
+        wait_for(
+            lambda: (r := prometheus.query("sum(diagnosis_runs_total)")) and scalar(r) == len(terminal), 60, "runs counted", 0.5
+        )
+        wait_for(lambda: exemplar_points(prometheus, "diagnosis_tool_duration_seconds_bucket", since), 30, "tool exemplars")
+        text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+        assert "diagnosis_run_duration_seconds_bucket" in text and "trace_id" not in text
+
+        runs = {r["run_id"]: r for r in workload.runs}
+        by_trace = {uuid.UUID(run_id.removeprefix("run-")).hex: run for run_id, run in runs.items()}
+        run_points = exemplar_points(prometheus, "diagnosis_run_duration_seconds_bucket", since)
+        assert len(run_points) >= 5
+        for series, exemplar in run_points:
+            run = by_trace[exemplar["labels"]["trace_id"]]
+            assert exemplar["labels"]["span_id"] == spec_root_span_id(run["run_id"])
+            assert float(exemplar["value"]) == run["total_duration_ms"] / 1000
+            assert (series["status"], series["intent"]) == (run["status"], run["intent"])
+            assert float(exemplar["value"]) <= float(series["le"])
+
+        tools = {(t["run_id"], spec_tool_span_id(t["run_id"], t["id"])): t for t in table_rows(agent_db, "SELECT * FROM tool_invocation")}
+        tool_points = exemplar_points(prometheus, "diagnosis_tool_duration_seconds_bucket", since)
+        for series, exemplar in tool_points:
+            run = by_trace[exemplar["labels"]["trace_id"]]
+            tool = tools[(run["run_id"], exemplar["labels"]["span_id"])]
+            assert float(exemplar["value"]) == tool["duration_ms"] / 1000
+            assert series["tool_name"] == tool["tool_name"]
+
+        failed = exemplar_points(prometheus, 'diagnosis_runs_total{status="FAILED"}', since)
+        assert failed and all(by_trace[e["labels"]["trace_id"]]["status"] == "FAILED" for _s, e in failed)
+        failed_tools = exemplar_points(prometheus, 'diagnosis_tool_invocations_total{success="false"}', since)
+        for _series, exemplar in failed_tools:
+            run = by_trace[exemplar["labels"]["trace_id"]]
+            assert tools[(run["run_id"], exemplar["labels"]["span_id"])]["success"] == 0
+        assert failed_tools
+    finally:
+        prometheus.stop()
+        stop_daemon(daemon)
+
+
+def test_the_sdk_keeps_the_span_of_each_measurement_as_an_otlp_exemplar():
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from run_otel.poller import ExportedRun, PollResult
+    from run_otel.rows import RunRow, ToolRow
+
+    run_id = "run-550e8400-e29b-41d4-a716-446655440000"
+    run = RunRow(**{**{f: None for f in RunRow._fields}, "id": 1, "run_id": run_id, "status": "FAILED", "intent": "DIAGNOSIS",
+                    "total_duration_ms": 4200})
+    tool = ToolRow(**{**{f: None for f in ToolRow._fields}, "id": 7, "run_id": run_id, "tool_name": "query_logs",
+                      "success": False, "duration_ms": 120})
+    reader = InMemoryMetricReader()
+    metrics = BridgeMetrics(build_config({}), [reader])
+    metrics.runs_exported(PollResult(runs=[ExportedRun(run, [tool], False, 2)]), time.time())
+    points = {
+        m.name: m.data.data_points
+        for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics for m in sm.metrics
+    }
+    (duration,) = points["diagnosis.run.duration"]
+    (exemplar,) = [e for e in duration.exemplars]
+    assert f"{exemplar.trace_id:032x}" == "550e8400e29b41d4a716446655440000"
+    assert f"{exemplar.span_id:016x}" == spec_root_span_id(run_id)
+    assert exemplar.value == 4.2
+    (tool_duration,) = points["diagnosis.tool.duration"]
+    assert [f"{e.span_id:016x}" for e in tool_duration.exemplars] == [spec_tool_span_id(run_id, 7)]
+    failed = [p for p in points["diagnosis.runs"] if p.attributes["status"] == "FAILED"]
+    assert [f"{e.trace_id:032x}" for p in failed for e in p.exemplars] == ["550e8400e29b41d4a716446655440000"]
+    metrics.shutdown()

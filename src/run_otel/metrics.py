@@ -28,7 +28,8 @@ from . import attributes as A
 from . import instruments as I
 from .checkpoint import shard_name
 from .config import Config
-from .mapping import MAX_DURATION_MS
+from .exemplars import ExemplarCollector, ExemplarStore, span_context
+from .mapping import MAX_DURATION_MS, root_span_id_for, tool_span_id_for, trace_id_for
 from .poller import PollResult, Recorder
 from .rows import INTENTS, RELEASE_OUTCOMES, RELEVANCE_LEVELS, RETRIEVAL_LAYERS, TERMINAL_STATUSES, WAITING_STATUSES
 
@@ -52,8 +53,15 @@ _STATUSES = TERMINAL_STATUSES | {s for s in WAITING_STATUSES if s}
 
 
 class BridgeMetrics(Recorder):
-    def __init__(self, config: Config, readers: list[MetricReader], registry: CollectorRegistry | None = None):
+    def __init__(
+        self,
+        config: Config,
+        readers: list[MetricReader],
+        registry: CollectorRegistry | None = None,
+        exemplars: ExemplarStore | None = None,
+    ):
         self.registry = registry
+        self._exemplars = exemplars or ExemplarStore()
         views = [
             View(instrument_name=i.name, aggregation=ExplicitBucketHistogramAggregation(i.buckets))
             for i in I.ALL
@@ -103,29 +111,41 @@ class BridgeMetrics(Recorder):
             run = exported.run
             status = label(run.status, _STATUSES)
             intent = label(run.intent, INTENTS)
-            self._get(I.RUNS).add(
-                1, I.RUNS.labelled(status, intent, label(run.release_outcome, RELEASE_OUTCOMES))
-            )
+            # Every measurement of a run carries its span as an exemplar: one click from a bucket to the trace.
+            trace_id, root_id = trace_id_for(run.run_id), root_span_id_for(run.run_id)
+            context = span_context(trace_id, root_id)
+            runs = I.RUNS.labelled(status, intent, label(run.release_outcome, RELEASE_OUTCOMES))
+            self._get(I.RUNS).add(1, runs, context=context)
+            if status == "FAILED":
+                self._exemplars.record(I.RUNS, runs, trace_id, root_id)
             if run.total_duration_ms is not None and 0 <= run.total_duration_ms <= MAX_DURATION_MS:
-                self._get(I.RUN_DURATION).record(run.total_duration_ms / 1000, I.RUN_DURATION.labelled(status, intent))
+                seconds, labels = run.total_duration_ms / 1000, I.RUN_DURATION.labelled(status, intent)
+                self._get(I.RUN_DURATION).record(seconds, labels, context=context)
+                self._exemplars.record(I.RUN_DURATION, labels, trace_id, root_id, seconds)
             if run.total_token_count:
                 self._get(I.RUN_TOKENS).add(max(run.total_token_count, 0), I.RUN_TOKENS.labelled(intent))
             for tool in exported.tools:
-                self._record_tool(tool)
+                self._record_tool(tool, trace_id, tool_span_id_for(run.run_id, tool.id))
             if exported.settled_at is not None:
                 self._get(I.EXPORT_DELAY).record(max(acked_at - exported.settled_at - self._settle, 0.0))
         self._get(I.EXPORTED_SPANS).add(result.spans)
         if result.rejected_spans:
             self._get(I.REJECTED_SPANS).add(result.rejected_spans)
 
-    def _record_tool(self, tool) -> None:
+    def _record_tool(self, tool, trace_id: bytes, span_id: bytes) -> None:
         name = label(tool.tool_name)
         success = label(tool.success)
         layer = label(tool.retrieval_layer, RETRIEVAL_LAYERS)
         relevance = label(tool.relevance_level, RELEVANCE_LEVELS)
-        self._get(I.TOOL_INVOCATIONS).add(1, I.TOOL_INVOCATIONS.labelled(name, layer, relevance, success))
+        context = span_context(trace_id, span_id)
+        invocations = I.TOOL_INVOCATIONS.labelled(name, layer, relevance, success)
+        self._get(I.TOOL_INVOCATIONS).add(1, invocations, context=context)
+        if tool.success is False:
+            self._exemplars.record(I.TOOL_INVOCATIONS, invocations, trace_id, span_id)
         if tool.duration_ms is not None and 0 <= tool.duration_ms <= MAX_DURATION_MS:
-            self._get(I.TOOL_DURATION).record(tool.duration_ms / 1000, I.TOOL_DURATION.labelled(name, success))
+            seconds, labels = tool.duration_ms / 1000, I.TOOL_DURATION.labelled(name, success)
+            self._get(I.TOOL_DURATION).record(seconds, labels, context=context)
+            self._exemplars.record(I.TOOL_DURATION, labels, trace_id, span_id, seconds)
         for layer_name, count in (("L0", tool.l0_match_count), ("L1", tool.l1_match_count)):
             if count and count > 0:
                 self._get(I.RAG_MATCHES).add(count, I.RAG_MATCHES.labelled(layer_name, name))
@@ -238,14 +258,18 @@ def build_metrics(config: Config) -> BridgeMetrics:
     """The metrics with the readers the config asks for (pull, push, or both)."""
     readers: list[MetricReader] = []
     registry = None
+    exemplars = ExemplarStore()
     if config.metrics.prometheus:
+        # The SDK's families go to a registry of their own; the served one adds their exemplars.
+        sdk_families = CollectorRegistry(auto_describe=True)
+        readers.append(PrometheusMetricReader(registry=sdk_families))
         registry = CollectorRegistry()
-        readers.append(PrometheusMetricReader(registry=registry))
+        registry.register(ExemplarCollector(sdk_families, exemplars))
     if config.metrics.otlp:
         readers.append(
             PeriodicExportingMetricReader(_otlp_metric_exporter(config), int(config.metrics.otlp_interval_seconds * 1000))
         )
-    return BridgeMetrics(config, readers, registry)
+    return BridgeMetrics(config, readers, registry, exemplars)
 
 
 def _otlp_metric_exporter(config: Config):
