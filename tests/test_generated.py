@@ -114,3 +114,25 @@ def test_the_metrics_endpoint_speaks_openmetrics_when_asked():
     assert plain.headers["Content-Type"].startswith("text/plain")
     assert open_metrics.headers["Content-Type"].startswith("application/openmetrics-text")
     assert open_metrics.text.rstrip().endswith("# EOF") and "run_otel_start_timestamp_seconds" in open_metrics.text
+
+
+def test_latency_panels_show_exemplars_that_open_the_trace_by_the_label_run_otel_writes():
+    from run_otel.exemplars import TRACE_ID_LABEL
+
+    with_exemplars = {
+        inner["title"]: target["expr"]
+        for board in dashboards().values()
+        for p in board["panels"]
+        for inner in [p, *p.get("panels", [])]
+        for target in inner.get("targets", [])
+        if target.get("exemplar")
+    }
+    assert {I.RUN_DURATION.series("_bucket"), I.TOOL_DURATION.series("_bucket")} <= {
+        name for expr in with_exemplars.values() for name in (I.RUN_DURATION.series("_bucket"), I.TOOL_DURATION.series("_bucket"))
+        if name in expr
+    }
+    provisioning = yaml.safe_load((ROOT / "config/grafana/provisioning/datasources/run-otel.yml").read_text())
+    by_uid = {d["uid"]: d for d in provisioning["datasources"]}
+    destinations = by_uid["prometheus"]["jsonData"]["exemplarTraceIdDestinations"]
+    assert {d["name"] for d in destinations} == {TRACE_ID_LABEL}
+    assert {by_uid[d["datasourceUid"]]["type"] for d in destinations} == {"tempo", "jaeger"}

@@ -27,6 +27,10 @@ PROMETHEUS = DataSourceRef(type_val="prometheus", uid="${datasource}")
 SERVICE = "diagnosis-agent"
 RATE = "$__rate_interval"
 INTENT = 'intent=~"$intent"'
+# The link from an exemplar to its trace is the Prometheus datasource's exemplarTraceIdDestinations.
+EXEMPLAR_NOTE = (
+    "Each dot is an exemplar: one run (or tool call) in that bucket. Click it to open the trace in the traces datasource."
+)
 
 
 def _query(expr: str, legend: str = "") -> prometheus.Dataquery:
@@ -136,8 +140,10 @@ def runs_dashboard() -> Dashboard:
                 "s",
                 *(
                     _query(f"histogram_quantile({q}, sum by (le) (rate({duration}{{{INTENT}}}[{RATE}])))", f"p{int(q * 100)}")
+                    .exemplar(True)
                     for q in (0.5, 0.9, 0.99)
                 ),
+                description=EXEMPLAR_NOTE,
             )
         )
         .with_panel(
@@ -214,7 +220,9 @@ def rag_dashboard() -> Dashboard:
             _timeseries(
                 "Tool duration p90",
                 "s",
-                _query(f"histogram_quantile(0.9, sum by (le, tool_name) (rate({duration}[{RATE}])))", "{{tool_name}}"),
+                _query(f"histogram_quantile(0.9, sum by (le, tool_name) (rate({duration}[{RATE}])))", "{{tool_name}}")
+                .exemplar(True),
+                description=EXEMPLAR_NOTE,
             )
         )
     )
