@@ -71,6 +71,11 @@ TOOL_OUTPUT_LENGTH = "tool.output_length"
 TOOL_OUTPUT_TRUNCATED = "tool.output_truncated"
 TOOL_DURATION_MS = "tool.duration_ms"
 
+# user feedback, as a GenAI evaluation
+GEN_AI_EVALUATION_NAME = gen_ai.GEN_AI_EVALUATION_NAME
+GEN_AI_EVALUATION_SCORE_LABEL = gen_ai.GEN_AI_EVALUATION_SCORE_LABEL
+GEN_AI_EVALUATION_SCORE_VALUE = gen_ai.GEN_AI_EVALUATION_SCORE_VALUE
+
 # OpenInference profile
 OPENINFERENCE_SPAN_KIND = "openinference.span.kind"
 OI_TOOL_NAME = "tool.name"

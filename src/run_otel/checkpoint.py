@@ -35,6 +35,17 @@ checkpoint_table = Table(
 )
 
 
+# The feedback value last sent per run: only a new or changed value is sent again.
+feedback_table = Table(
+    "run_otel_feedback",
+    _metadata,
+    Column("shard", String(64), primary_key=True),
+    Column("run_id", String(128), primary_key=True),
+    Column("feedback", String(64), nullable=False),
+    Column("sent_at", Float, nullable=False, index=True),
+)
+
+
 class CheckpointError(RuntimeError):
     """The state store is unreadable; run-otel refuses to guess where it was."""
 
@@ -137,6 +148,35 @@ class CheckpointStore:
             ).rowcount
             if not updated:
                 conn.execute(checkpoint_table.insert().values(name=self.name, **values))
+
+    # -- feedback sent --------------------------------------------------------------
+
+    def sent_feedback(self, run_ids: list[str]) -> dict[str, str]:
+        """run_id -> the feedback value last sent, for those of ``run_ids`` that have one."""
+        table, out = feedback_table, {}
+        try:
+            with self.engine.connect() as conn:
+                for start in range(0, len(run_ids), 500):
+                    chunk = run_ids[start : start + 500]
+                    rows = conn.execute(
+                        select(table.c.run_id, table.c.feedback).where(table.c.shard == self.name, table.c.run_id.in_(chunk))
+                    )
+                    out.update({run_id: feedback for run_id, feedback in rows})
+        except SQLAlchemyError as exc:
+            raise CheckpointError(f"state store {self.describe()} is unreadable: {getattr(exc, 'orig', exc)}") from None
+        return out
+
+    def save_feedback(self, sent: dict[str, str], now: float, forget_before: float) -> None:
+        """Records what was acknowledged, and forgets runs that left the recheck window."""
+        table = feedback_table
+        with self.engine.begin() as conn:
+            if sent:
+                conn.execute(table.delete().where(table.c.shard == self.name, table.c.run_id.in_(list(sent))))
+                conn.execute(
+                    table.insert(),
+                    [{"shard": self.name, "run_id": run_id, "feedback": value, "sent_at": now} for run_id, value in sent.items()],
+                )
+            conn.execute(table.delete().where(table.c.shard == self.name, table.c.sent_at < forget_before))
 
     def close(self) -> None:
         self.engine.dispose()

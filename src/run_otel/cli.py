@@ -29,7 +29,7 @@ from .poller import PollResult
 from .render import ProgressRecorder, print_trace, progress_bar
 from .source import Source
 from .times import TimeParam
-from .wiring import build_poller, start_metrics
+from .wiring import build_feedback, build_poller, start_metrics
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -61,6 +61,10 @@ def once(config_path: Path | None, shard: str | None) -> None:
         poller = build_poller(config)
         result = poller.poll()
         click.echo(summary(result))
+        feedback = build_feedback(config, poller)
+        if feedback:
+            checked = feedback.run()
+            click.echo(f"feedback: {checked.rated} rated runs in the window, {checked.sent} new or changed sent")
 
     guarded(body)
 

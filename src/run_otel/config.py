@@ -96,6 +96,22 @@ class ContentConfig:
 
 
 @dataclass(frozen=True)
+class FeedbackConfig:
+    enabled: bool = True
+    # Runs created this long ago or less are rechecked for new or changed feedback.
+    window_seconds: float = 86400.0
+    interval_seconds: float = 60.0
+    evaluation_name: str = "user_feedback"
+    # Label -> gen_ai.evaluation.score.value. Labels named here or in `negative`
+    # are metric label values as they are; any other feedback is "other".
+    scores: dict[str, float] = field(default_factory=lambda: {"UP": 1.0, "DOWN": 0.0})
+    negative: list[str] = field(default_factory=lambda: ["DOWN"])
+
+    def known_labels(self) -> frozenset[str]:
+        return frozenset(self.scores) | frozenset(self.negative)
+
+
+@dataclass(frozen=True)
 class ServiceConfig:
     name: str = "diagnosis-agent"
     namespace: str = ""
@@ -144,6 +160,7 @@ class Config:
     ui: UiConfig = field(default_factory=UiConfig)
     ha: HaConfig = field(default_factory=HaConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    feedback: FeedbackConfig = field(default_factory=FeedbackConfig)
     # Not a key: set by the CLI (--shard), kept here so it travels with the rest.
     shard: tuple[int, int] = (0, 1)
 
@@ -176,6 +193,8 @@ _CHOICES = {
 }
 _CONVENTIONS = ("gen_ai", "openinference")
 _POSITIVE = {
+    ("feedback", "window_seconds"),
+    ("feedback", "interval_seconds"),
     ("poll", "interval_seconds"),
     ("poll", "batch_size"),
     ("poll", "tool_chunk_size"),
@@ -313,7 +332,8 @@ def _coerce(name: str, hint: Any, value: Any) -> Any:
     if origin is dict:
         if not isinstance(value, Mapping):
             raise ConfigError(f"{name} must be a table, got {value!r}")
-        return {str(k): str(v) for k, v in value.items()}
+        _key, item = get_args(hint)
+        return {str(k): _coerce(f"{name}.{k}", item, v) for k, v in value.items()}
     if hint is bool:
         if isinstance(value, bool):
             return value

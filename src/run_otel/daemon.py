@@ -26,7 +26,7 @@ from .lease import MySqlLease, lease_name_for
 from .poller import PollResult
 from .settings import effective_settings
 from .source import SourceError
-from .wiring import build_poller, start_metrics
+from .wiring import build_feedback, build_poller, start_metrics
 
 log = logging.getLogger("run_otel")
 
@@ -54,6 +54,8 @@ class Daemon:
         self.lease: MySqlLease | None = None
         self.metrics, self.server = start_metrics(config, alive=self.alive)
         self.poller = build_poller(config, recorder=self.metrics, keep_going=self._holding)
+        self.feedback = build_feedback(config, self.poller, self.metrics)
+        self._feedback_due = 0.0  # time.monotonic() of the next feedback pass
         if config.ha.enabled:
             self.lease = MySqlLease(self.poller.source.engine, lease_name_for(config), config.ha.takeover_seconds)
 
@@ -107,9 +109,21 @@ class Daemon:
         elif result.run_count:
             log.debug(summary(result))
         self._failures, self._retry_at = 0, 0.0
+        self._feedback_pass()
         if result.next_settle_at is not None and result.next_settle_at - time.time() < self._config.poll.interval_seconds:
             # A finished run waits out poll.settle_seconds, not a whole extra interval.
             self._wake_at(result.next_settle_at, "settle")
+
+    def _feedback_pass(self) -> None:
+        """Every feedback.interval_seconds, after a good poll, in the same tick: never beside a poll."""
+        if self.feedback is None or time.monotonic() < self._feedback_due:
+            return
+        self._feedback_due = time.monotonic() + self._config.feedback.interval_seconds
+        try:
+            self.feedback.run()
+        except (SourceError, ExportError, CheckpointError) as exc:
+            # Nothing was recorded as sent: the next pass sends it again.
+            log.warning("feedback pass failed (%s); next try in %.0fs", exc, self._config.feedback.interval_seconds)
 
     def _backoff(self, failures: int) -> float:
         """Exponential from retry_initial to retry_max, with +-20% jitter so replicas spread out."""

@@ -62,6 +62,9 @@ DEDUP = Instrument("rag.dedup", COUNTER, "{invocation}", "Deduplicated retrieval
 ZERO_MATCH = Instrument(
     "rag.zero_match", COUNTER, "{invocation}", "Retrieval calls that matched nothing in any layer.", ("retrieval_layer", "tool_name")
 )
+FEEDBACK = Instrument(
+    "diagnosis.run.feedback", COUNTER, "{run}", "User feedback on runs, counted once per new or changed value.", ("feedback", "intent")
+)
 
 EXPORTED_SPANS = Instrument("run_otel.exported.spans", COUNTER, "{span}", "Spans acknowledged by the OTLP receiver.")
 REJECTED_SPANS = Instrument("run_otel.rejected.spans", COUNTER, "{span}", "Spans the receiver rejected (partial_success).")
@@ -76,7 +79,7 @@ LAG = Instrument("run_otel.lag", GAUGE, "s", "The newest run's created_at minus 
 START_TIME = Instrument("run_otel.start.timestamp", GAUGE, "s", "Unix time this instance started.")
 STANDBY = Instrument("run_otel.standby", GAUGE, "1", "1 while an HA standby waits for the lease, else 0.")
 
-RUN_INSTRUMENTS = (RUNS, RUN_DURATION, RUN_TOKENS, TOOL_INVOCATIONS, TOOL_DURATION, RAG_MATCHES, DEDUP, ZERO_MATCH)
+RUN_INSTRUMENTS = (RUNS, RUN_DURATION, RUN_TOKENS, TOOL_INVOCATIONS, TOOL_DURATION, RAG_MATCHES, DEDUP, ZERO_MATCH, FEEDBACK)
 HEALTH_INSTRUMENTS = (
     EXPORTED_SPANS,
     REJECTED_SPANS,

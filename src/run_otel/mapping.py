@@ -19,7 +19,7 @@ from . import attributes as A
 from .clock import SourceClock
 from .config import Config
 from .content import ContentPolicy
-from .rows import RELEVANCE_LEVELS, RETRIEVAL_LAYERS, RunRow, ToolRow
+from .rows import RELEVANCE_LEVELS, RETRIEVAL_LAYERS, FeedbackRow, RunRow, ToolRow
 
 AttrValue = str | bool | int | float | tuple[str, ...]
 
@@ -90,6 +90,11 @@ def tool_span_id_for(run_id: str, tool_id: int) -> bytes:
     return _nonzero(hashlib.sha256(f"tool_invocation:{run_id}:{tool_id}".encode()).digest(), 8)
 
 
+def feedback_span_id_for(run_id: str, feedback: str) -> bytes:
+    """One id per run and value: a re-sent rating is the same span, a changed one a new span."""
+    return _nonzero(hashlib.sha256(f"feedback:{run_id}:{feedback}".encode()).digest(), 8)
+
+
 def shard_of(run_id: str, shards: int) -> int:
     """A stable shard number for ``run_id``, the same in every process and release."""
     digest = hashlib.sha256(f"shard:{run_id}".encode()).digest()
@@ -108,6 +113,28 @@ class Mapper:
         self._anchor_start = config.trace.tool_time_anchor == "start"
         self._cap = config.trace.max_spans_per_trace
         self._content = content or ContentPolicy.build(config.content, config.trace.conventions)
+
+    # -- user feedback ----------------------------------------------------------
+
+    def map_feedback(self, row: FeedbackRow, evaluation_name: str, score: float | None) -> SpanData:
+        """A rating as a zero-length child of the run's root, at the run's updated_at (when it was written)."""
+        at_ns = self._epoch_ns(row.updated_at) or 0
+        attrs: list[tuple[str, AttrValue]] = [
+            (A.GEN_AI_EVALUATION_NAME, evaluation_name),
+            (A.GEN_AI_EVALUATION_SCORE_LABEL, row.feedback),
+        ]
+        _put(attrs, A.GEN_AI_EVALUATION_SCORE_VALUE, score)
+        attrs.append((A.RUN_ID, row.run_id))
+        _put(attrs, A.RUN_INTENT, row.intent)
+        return SpanData(
+            trace_id=trace_id_for(row.run_id),
+            span_id=feedback_span_id_for(row.run_id, row.feedback),
+            parent_span_id=root_span_id_for(row.run_id),
+            name=f"evaluation {evaluation_name}",
+            start_ns=at_ns,
+            end_ns=at_ns,
+            attributes=tuple(attrs),
+        )
 
     # -- the run ------------------------------------------------------------
 

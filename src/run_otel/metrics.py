@@ -72,6 +72,7 @@ class BridgeMetrics(Recorder):
         self.provider = MeterProvider(metric_readers=readers, views=views, resource=resource)
         meter = self.provider.get_meter("run_otel", __version__)
         self._settle = config.poll.settle_seconds
+        self._feedback_labels = config.feedback.known_labels()
         self._shard = shard_name(config)
         self._i: dict[str, Any] = {}
         factories: dict[str, Callable[..., Any]] = {
@@ -153,6 +154,11 @@ class BridgeMetrics(Recorder):
             self._get(I.DEDUP).add(1, I.DEDUP.labelled(label(tool.dedup_reason), name))
         if tool.retrieval_layer is not None and not (tool.l0_match_count or 0) and not (tool.l1_match_count or 0):
             self._get(I.ZERO_MATCH).add(1, I.ZERO_MATCH.labelled(layer, name))
+
+    def feedback_sent(self, rows) -> None:
+        for row in rows:
+            feedback = label(row.feedback, self._feedback_labels)
+            self._get(I.FEEDBACK).add(1, I.FEEDBACK.labelled(feedback, label(row.intent, INTENTS)))
 
     def export_failed(self) -> None:
         self._get(I.EXPORT_FAILURES).add(1)

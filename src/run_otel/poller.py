@@ -20,7 +20,7 @@ from .config import Config
 from .encoding import FastEncoder
 from .export import Ack, Sink
 from .mapping import MappedRun, Mapper, shard_of
-from .rows import TERMINAL_STATUSES, RunRow, ToolRow, is_terminal
+from .rows import TERMINAL_STATUSES, FeedbackRow, RunRow, ToolRow, is_terminal
 from .source import Source, SourceError
 from .transitions import Rules, advance, classify, expire_gaps, initial_checkpoint, timed_out
 
@@ -81,6 +81,8 @@ class Recorder:
 
     def backlog(self, runs: int, seconds: float | None) -> None: ...
 
+    def feedback_sent(self, rows: Sequence[FeedbackRow]) -> None: ...
+
 
 class Poller:
     def __init__(
@@ -121,6 +123,22 @@ class Poller:
     @property
     def source(self) -> Source:
         return self._source
+
+    @property
+    def sink(self) -> Sink:
+        return self._sink
+
+    @property
+    def store(self) -> CheckpointStore:
+        return self._store
+
+    @property
+    def encoder(self) -> FastEncoder:
+        return self._encoder
+
+    @property
+    def source_clock(self) -> SourceClock:
+        return self._source_clock
 
     def poll(self) -> PollResult:
         """Batches until the backlog is drained (or a stop is requested)."""

@@ -67,3 +67,13 @@ class ToolRow(NamedTuple):
     # Read only when content capture is on.
     input_params: str | None = None
     output_preview: str | None = None
+
+
+class FeedbackRow(NamedTuple):
+    """A rated run, as the feedback recheck reads it: no content, only what the span and metric need."""
+
+    id: int
+    run_id: str
+    intent: str | None
+    feedback: str
+    updated_at: datetime | Any

@@ -20,7 +20,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from .clock import ClockSample, SourceClock
 from .config import VERIFYING_TLS_MODES, Config, SourceConfig
 from .content import RUN_CONTENT_COLUMNS, TOOL_CONTENT_COLUMNS, ContentPolicy
-from .rows import RunRow, ToolRow
+from .rows import TERMINAL_STATUSES, FeedbackRow, RunRow, ToolRow
 from .schema import diagnosis_run, tool_invocation
 
 log = logging.getLogger(__name__)
@@ -229,6 +229,16 @@ class Source:
                 # Every id up to the probed row starts no later than it: skip them all.
                 low = probe[0] + 1
         return low
+
+    def rated_runs(self, first_id: int, last_id: int) -> list[FeedbackRow]:
+        """Finished runs in [first_id, last_id] that carry feedback: one primary-key range read."""
+        run = diagnosis_run.c
+        stmt = (
+            select(run.id, run.run_id, run.intent, run.feedback, run.updated_at)
+            .where(run.id >= first_id, run.id <= last_id, run.feedback.is_not(None), run.status.in_(sorted(TERMINAL_STATUSES)))
+            .order_by(run.id)
+        )
+        return [FeedbackRow(*row) for row in self._fetch(stmt)]
 
     def clock_sample(self) -> ClockSample | None:
         """The newest run's times and the database's clocks, for the time-zone check."""

@@ -14,6 +14,7 @@ from .config import Config
 from .content import ContentPolicy
 from .encoding import FastEncoder, resource_attributes
 from .export import Sink, build_sink
+from .feedback import FeedbackPass
 from .mapping import Mapper
 from .metrics import BridgeMetrics, HealthServer, build_metrics, readiness
 from .poller import Poller, Recorder
@@ -50,6 +51,23 @@ def build_poller(
         recorder=recorder,
         keep_going=keep_going,
         **({"clock": clock} if clock else {}),
+    )
+
+
+def build_feedback(config: Config, poller: Poller, recorder: Recorder | None = None) -> FeedbackPass | None:
+    """The feedback recheck, sharing the poller's source, sink, state store and encoder; None when off."""
+    if not config.feedback.enabled:
+        return None
+    return FeedbackPass(
+        config.feedback,
+        config.shard,
+        poller.source,
+        poller.sink,
+        poller.store,
+        poller.mapper,
+        poller.encoder,
+        poller.source_clock,
+        recorder,
     )
 
 

@@ -1,0 +1,93 @@
+"""User feedback that arrives after its run was exported, sent into the run's trace.
+
+``diagnosis_run.feedback`` is written when the user rates an answer, usually
+after run-otel exported the run. A pass re-reads the finished, rated runs
+created within ``feedback.window_seconds``: one primary-key range, found by
+primary-key probes (the agent's schema has no index on ``updated_at``, and is
+not ours to change). A value not sent before, or changed since, becomes a
+child span of the run's root. Its id comes from the run and the value, so a
+re-send after a crash is the same span. What was acknowledged is recorded in
+the state store before it is counted, so each change is counted once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from .checkpoint import CheckpointStore
+from .clock import SourceClock
+from .config import FeedbackConfig
+from .encoding import FastEncoder
+from .export import Sink
+from .mapping import Mapper, shard_of
+from .poller import Recorder
+from .rows import FeedbackRow
+from .source import Source
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class FeedbackResult:
+    rated: int = 0  # rated runs in the window
+    sent: int = 0  # new or changed values sent
+
+
+class FeedbackPass:
+    def __init__(
+        self,
+        config: FeedbackConfig,
+        shard: tuple[int, int],
+        source: Source,
+        sink: Sink,
+        store: CheckpointStore,
+        mapper: Mapper,
+        encoder: FastEncoder,
+        source_clock: SourceClock,
+        recorder: Recorder | None = None,
+        clock: Callable[[], float] = time.time,
+    ):
+        self._config = config
+        self._shard_index, self._shard_total = shard
+        self._source = source
+        self._sink = sink
+        self._store = store
+        self._mapper = mapper
+        self._encoder = encoder
+        self._source_clock = source_clock
+        self._recorder = recorder or Recorder()
+        self._clock = clock
+
+    def run(self) -> FeedbackResult:
+        """One pass over the exported runs (up to the saved checkpoint) created within the window."""
+        checkpoint = self._store.load()
+        last_exported_id = checkpoint.high_water if checkpoint else 0
+        if last_exported_id <= 0:
+            return FeedbackResult()
+        now = self._clock()
+        since = self._source_clock.naive(datetime.fromtimestamp(now - self._config.window_seconds, UTC))
+        first_id = self._source.first_id_created_at_or_after(since)
+        rated = [row for row in self._source.rated_runs(first_id, last_exported_id) if self._in_shard(row)]
+        sent_before = self._store.sent_feedback([row.run_id for row in rated])
+        changed = [row for row in rated if sent_before.get(row.run_id) != row.feedback]
+        if changed:
+            self._send(changed)
+        self._store.save_feedback({row.run_id: row.feedback for row in changed}, now, now - self._config.window_seconds)
+        self._recorder.feedback_sent(changed)
+        if changed:
+            log.debug("feedback: %d rated runs in the window, %d new or changed sent", len(rated), len(changed))
+        return FeedbackResult(len(rated), len(changed))
+
+    def _send(self, rows: list[FeedbackRow]) -> None:
+        name, scores = self._config.evaluation_name, self._config.scores
+        spans = [self._encoder.span(self._mapper.map_feedback(row, name, scores.get(row.feedback))) for row in rows]
+        # A feedback span is a few hundred bytes: 1000 keep a request far under receivers' 4 MiB limit.
+        for start in range(0, len(spans), 1000):
+            self._sink.send(self._encoder.request(spans[start : start + 1000]))
+
+    def _in_shard(self, row: FeedbackRow) -> bool:
+        return self._shard_total == 1 or shard_of(row.run_id, self._shard_total) == self._shard_index
