@@ -33,16 +33,21 @@ def test_feedback_given_after_export_joins_the_run_trace_once_per_change(agent_d
     try:
         traces = add_runs(agent_db, ["UTC_TIMESTAMP() - INTERVAL 10 MINUTE"] * 6)
         run_ids = [f"run-{uuid.UUID(t)}" for t in traces]
+        rated_before = add_runs(agent_db, ["UTC_TIMESTAMP() - INTERVAL 10 MINUTE"])
+        rate(agent_db, [f"run-{uuid.UUID(rated_before[0])}"], "UP")
         config = str(write_config(tmp_path / "c.toml", bridge_sections(agent_db, tmp_path, f"http://{receiver.endpoint}")))
         first = run_cli("once", "--config", config)
         assert first.returncode == 0, first.stderr
-        assert "feedback: 0 rated runs in the window, 0 new or changed sent" in first.stdout
-        assert len(receiver.spans()) == 6 and not feedback_spans(receiver)
+        # Rated before its export: the root span carries it, and no feedback span follows.
+        assert "feedback: 1 rated runs in the window, 0 new or changed sent" in first.stdout, first.stdout
+        roots = [span for _r, _s, span in receiver.spans() if not span.parent_span_id]
+        assert len(roots) == 7 and not feedback_spans(receiver)
+        assert [attrs(r).get("diagnosis.run.feedback") for r in roots].count("UP") == 1
 
         rate(agent_db, run_ids[:3], "DOWN")
         rate(agent_db, run_ids[3:5], "UP")
         second = run_cli("once", "--config", config)
-        assert "feedback: 5 rated runs in the window, 5 new or changed sent" in second.stdout, second.stdout
+        assert "feedback: 6 rated runs in the window, 5 new or changed sent" in second.stdout, second.stdout
         spans = feedback_spans(receiver)
         assert len(spans) == 5
         for span in spans:
@@ -56,7 +61,7 @@ def test_feedback_given_after_export_joins_the_run_trace_once_per_change(agent_d
 
         # Nothing changed: nothing is sent again.
         third = run_cli("once", "--config", config)
-        assert "5 rated runs in the window, 0 new or changed sent" in third.stdout
+        assert "6 rated runs in the window, 0 new or changed sent" in third.stdout
         assert len(feedback_spans(receiver)) == 5
 
         # A changed rating is a new span (another id) in the same trace.

@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry
 from servers import MariaDB, Prometheus, free_port, wait_for
 from sqlalchemy.engine import make_url
 
+from run_otel import instruments as I
 from run_otel.checkpoint import CheckpointStore
 from run_otel.config import build_config
 from run_otel.demo import generate, insert_workload
@@ -71,7 +72,10 @@ def scalar(result: list) -> float:
 
 def test_prometheus_reads_what_was_seeded(agent_db, otlp, tmp_path):
     port = free_port()
-    sections = bridge_sections(agent_db, tmp_path, otlp.endpoint("grpc"), metrics={"enabled": True, "port": port})
+    # Feedback rechecked every second, so the feedback panels have data within the test.
+    sections = bridge_sections(
+        agent_db, tmp_path, otlp.endpoint("grpc"), metrics={"enabled": True, "port": port}, feedback={"interval_seconds": 1}
+    )
     daemon = start_daemon(write_config(tmp_path / "run-otel.toml", sections))
     prometheus = Prometheus(tmp_path, f"127.0.0.1:{port}", ROOT / "config/prometheus/alerts.yml", ROOT / "config/prometheus/prometheus.yml")
     try:
@@ -90,6 +94,14 @@ def test_prometheus_reads_what_was_seeded(agent_db, otlp, tmp_path):
         )
         time.sleep(4)
 
+        rated = Counter(run["feedback"] for run in terminal if run["feedback"])
+        wait_for(
+            lambda: (r := prometheus.query(f"sum({I.FEEDBACK.prometheus})")) and scalar(r) == sum(rated.values()),
+            60,
+            "every rating counted in Prometheus",
+            0.5,
+        )
+        time.sleep(2)
         by_outcome = {
             r["metric"]["release_outcome"]: float(r["value"][1])
             for r in prometheus.query("sum by (release_outcome) (diagnosis_runs_total)")
@@ -150,7 +162,7 @@ def test_readyz_follows_the_database(tmp_path, otlp):
 class _CrashingStore(CheckpointStore):
     """A state store whose save dies, as the process would between ack and checkpoint."""
 
-    def save(self, checkpoint, now):
+    def save(self, checkpoint, now, feedback=None):
         raise KeyboardInterrupt("killed before the checkpoint was saved")
 
 

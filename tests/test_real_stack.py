@@ -227,3 +227,25 @@ def test_a_run_backfilled_a_month_late_is_found_by_a_search_over_its_own_hour(st
     assert run_uuid.hex in {trace["traceID"] for trace in found}
     recent = jaeger.api("traces", service=SERVICE, lookback="1h", limit=1000)["data"]
     assert run_uuid.hex not in {trace["traceID"] for trace in recent}
+
+
+def test_feedback_given_after_export_shows_in_the_same_trace_in_jaeger(stack, agent_db, tmp_path):
+    jaeger, collector, _tempo = stack
+    seed(agent_db, 4, seed_value=23, waiting=0)
+    agent_db.execute("UPDATE diagnosis_run SET feedback = NULL")
+    expected = expected_traces(agent_db)
+    config = config_path(agent_db, tmp_path, collector)
+    assert run_cli("once", "--config", config).returncode == 0
+    trace_id, (run, tools) = next(iter(expected.items()))
+    before = jaeger_trace(jaeger, trace_id, 1 + len(tools))
+    assert len(before["spans"]) == 1 + len(tools)
+    agent_db.execute("UPDATE diagnosis_run SET feedback = 'DOWN' WHERE run_id = %s", run["run_id"])
+    done = run_cli("once", "--config", config)
+    assert "1 new or changed sent" in done.stdout, done.stdout
+    after = jaeger_trace(jaeger, trace_id, 2 + len(tools))
+    (root,) = [s for s in after["spans"] if not s.get("references")]
+    (rating,) = [s for s in after["spans"] if s["operationName"] == "evaluation user_feedback"]
+    assert rating["references"] == [{"refType": "CHILD_OF", "traceID": trace_id, "spanID": root["spanID"]}]
+    tags = {t["key"]: t["value"] for t in rating["tags"]}
+    assert (tags["gen_ai.evaluation.score.label"], tags["gen_ai.evaluation.score.value"]) == ("DOWN", 0)
+    assert warnings_of(after) == []

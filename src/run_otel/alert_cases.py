@@ -13,6 +13,13 @@ BACKLOG = 'run_otel_backlog_runs{job="run-otel",instance="a:9464",shard="default
 TOOLS = 'diagnosis_tool_invocations_total{{tool_name="{tool}",retrieval_layer="L0",relevance_level="PRECISE",success="{ok}"}}'
 
 
+FEEDBACK = 'diagnosis_run_feedback_total{{feedback="{label}",intent="DIAGNOSIS"}}'
+
+
+def ratings(up: str, down: str) -> list[dict]:
+    return [{"series": FEEDBACK.format(label="UP"), "values": up}, {"series": FEEDBACK.format(label="DOWN"), "values": down}]
+
+
 def runs(success: str, other_status: str, other: str) -> list[dict]:
     return [
         {"series": RUNS.format(status="SUCCESS"), "values": success},
@@ -45,6 +52,15 @@ SCENARIOS = [
      [({"severity": "ticket", "tool_name": "query_logs"}, "Tool query_logs fails 50% of its calls")]),
     ("DiagnosisToolErrorRateHigh", "low traffic", tools("query_logs", "0+0.5x60", "0+0.5x60"), "40m", []),
     ("DiagnosisToolErrorRateHigh", "short spike", tools("query_logs", "0+10x60", "0x20 30 60 60x37"), "30m", []),
+    # 3 of 5 ratings a minute are negative, for two hours.
+    ("DiagnosisNegativeFeedbackHigh", "sustained breach", ratings("0+2x120", "0+3x120"), "100m",
+     [({"severity": "ticket"}, "60% of user ratings were negative over 1h")]),
+    # All negative, but 1 rating in 10 minutes: 6 an hour, under the 10-ratings guard.
+    ("DiagnosisNegativeFeedbackHigh", "low traffic", ratings("0x120", "0+0.1x120"), "100m", []),
+    ("DiagnosisNegativeFeedbackHigh", "healthy", ratings("0+4x120", "0+1x120"), "100m", []),
+    # 100 negative ratings in two minutes: over the ratio from then on, but 19 minutes later
+    # still under `for: 30m`.
+    ("DiagnosisNegativeFeedbackHigh", "short spike", ratings("0+2x120", "0x20 50 100 100x97"), "40m", []),
     # time() starts at 0 in promtool: a gauge that tracks it is a healthy bridge.
     ("RunOtelExportStalled", "sustained breach", [{"series": LABELS.format("run_otel_last_success_timestamp_seconds", "a:9464"), "values": "0+60x10 600x50"}], "25m",
      [({"severity": "page", "job": "run-otel", "instance": "a:9464"}, "run-otel a:9464 has not completed a poll for 15m 0s")]),

@@ -7,7 +7,10 @@ test fails when the committed file differs. Change a threshold in
 
 from __future__ import annotations
 
+import re
+
 from . import instruments as I
+from .config import FeedbackConfig
 
 THRESHOLDS: dict = {
     # share of finished runs, over WINDOW, with at least MIN_RUNS runs in it
@@ -25,6 +28,12 @@ THRESHOLDS: dict = {
     "backlog_runs": 500,
     "backlog_window": "15m",
     "backlog_for": "15m",
+    # share of ratings that are negative (feedback.negative), over FEEDBACK_WINDOW, with at
+    # least MIN_FEEDBACK ratings in it: users rate a few runs in a hundred, so a longer window
+    "negative_feedback_ratio": 0.30,
+    "min_feedback": 10,
+    "feedback_window": "1h",
+    "feedback_for": "30m",
     # runs waiting to finish, held for STUCK_FOR
     "pending_runs": 100,
     "stuck_for": "30m",
@@ -67,6 +76,28 @@ def _run_ratio_rule(alert: str, status: str, threshold: float, what: str) -> dic
     }
 
 
+def negative_feedback_rule(negative: list[str]) -> dict:
+    feedback, window = I.FEEDBACK.prometheus, THRESHOLDS["feedback_window"]
+    # The PromQL string holds an RE2 pattern: escape for the regex, then for the string.
+    labels = "|".join(re.escape(label) for label in negative).replace("\\", "\\\\")
+    ratio = f'sum(rate({feedback}{{feedback=~"{labels}"}}[{window}])) / sum(rate({feedback}[{window}]))'
+    return {
+        "alert": "DiagnosisNegativeFeedbackHigh",
+        "expr": f"({ratio}) > {THRESHOLDS['negative_feedback_ratio']}\nand\nsum(increase({feedback}[{window}])) >= {THRESHOLDS['min_feedback']}",
+        "for": THRESHOLDS["feedback_for"],
+        "labels": {"severity": "ticket"},
+        "annotations": {
+            "summary": f"{{{{ $value | humanizePercentage }}}} of user ratings were negative over {window}",
+            "description": (
+                f"More than {THRESHOLDS['negative_feedback_ratio']:.0%} of the ratings users gave ({', '.join(negative)}) "
+                f"were negative for {THRESHOLDS['feedback_for']} (at least {THRESHOLDS['min_feedback']} ratings per {window}). "
+                f'The ratings are spans in their runs\' traces: TraceQL {{ {_SERVICE} && span.gen_ai.evaluation.score.label = "{negative[0]}" }}. '
+                "The labels come from feedback.negative's default: for other labels, set that key and edit this regex to match."
+            ),
+        },
+    }
+
+
 def since_last_success() -> str:
     """Seconds since each instance's last successful poll, or since its start when it never had one."""
     last, started = I.LAST_SUCCESS.prometheus, I.START_TIME.prometheus
@@ -103,6 +134,7 @@ def rules() -> dict:
                             ),
                         },
                     },
+                    negative_feedback_rule(FeedbackConfig().negative),
                     {
                         "alert": "DiagnosisRunsStuckPending",
                         "expr": f"max({I.PENDING_RUNS.prometheus}) > {THRESHOLDS['pending_runs']}",

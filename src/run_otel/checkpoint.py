@@ -134,7 +134,8 @@ class CheckpointStore:
                 out.append((name, checkpoint, float(saved_at)))
         return out
 
-    def save(self, checkpoint: Checkpoint, now: float) -> None:
+    def save(self, checkpoint: Checkpoint, now: float, feedback: dict[str, str] | None = None) -> None:
+        """Saves the checkpoint and, in the same transaction, the feedback its runs were exported with."""
         values = {
             "format_version": FORMAT_VERSION,
             "high_water": checkpoint.high_water,
@@ -148,6 +149,16 @@ class CheckpointStore:
             ).rowcount
             if not updated:
                 conn.execute(checkpoint_table.insert().values(name=self.name, **values))
+            if feedback:
+                self._record_feedback(conn, feedback, now)
+
+    def _record_feedback(self, conn, sent: dict[str, str], now: float) -> None:
+        table = feedback_table
+        conn.execute(table.delete().where(table.c.shard == self.name, table.c.run_id.in_(list(sent))))
+        conn.execute(
+            table.insert(),
+            [{"shard": self.name, "run_id": run_id, "feedback": value, "sent_at": now} for run_id, value in sent.items()],
+        )
 
     # -- feedback sent --------------------------------------------------------------
 
@@ -171,11 +182,7 @@ class CheckpointStore:
         table = feedback_table
         with self.engine.begin() as conn:
             if sent:
-                conn.execute(table.delete().where(table.c.shard == self.name, table.c.run_id.in_(list(sent))))
-                conn.execute(
-                    table.insert(),
-                    [{"shard": self.name, "run_id": run_id, "feedback": value, "sent_at": now} for run_id, value in sent.items()],
-                )
+                self._record_feedback(conn, sent, now)
             conn.execute(table.delete().where(table.c.shard == self.name, table.c.sent_at < forget_before))
 
     def close(self) -> None:

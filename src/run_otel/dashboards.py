@@ -22,6 +22,7 @@ from grafana_foundation_sdk.models.dashboard import DashboardLinkType, DataSourc
 
 from . import instruments as I
 from .alerts import since_last_success
+from .config import FeedbackConfig
 
 PROMETHEUS = DataSourceRef(type_val="prometheus", uid="${datasource}")
 SERVICE = "diagnosis-agent"
@@ -103,6 +104,8 @@ def runs_dashboard() -> Dashboard:
     finished = f"sum(rate({runs}{{{INTENT}}}[{RATE}]))"
     share = lambda status: f'sum(rate({runs}{{status="{status}",{INTENT}}}[{RATE}])) / {finished}'
     duration = I.RUN_DURATION.series("_bucket")
+    feedback = I.FEEDBACK.prometheus
+    negative = "|".join(FeedbackConfig().negative)
     return (
         _base("run-otel-runs", "Diagnosis runs", "Outcomes, failure and fallback rate, duration and tokens of the agent's runs.")
         .with_variable(_intent_variable())
@@ -152,6 +155,26 @@ def runs_dashboard() -> Dashboard:
                 "short",
                 _query(f"sum by (intent) (rate({I.RUN_TOKENS.prometheus}{{{INTENT}}}[{RATE}])) * 60", "{{intent}}"),
                 description="Tokens per minute.",
+            )
+        )
+        .with_row(Row("User feedback"))
+        .with_panel(
+            _timeseries(
+                "Ratings by feedback",
+                "short",
+                _query(f"sum by (feedback) (increase({feedback}{{{INTENT}}}[{RATE}]))", "{{feedback}}"),
+                description="Ratings users gave, by value: each new or changed rating counted once.",
+            )
+        )
+        .with_panel(
+            _timeseries(
+                "Negative feedback share",
+                "percentunit",
+                _query(
+                    f'sum(rate({feedback}{{feedback=~"{negative}",{INTENT}}}[1h])) / sum(rate({feedback}{{{INTENT}}}[1h]))',
+                    "negative",
+                ),
+                description="Share of ratings in feedback.negative over the last hour, as the alert computes it.",
             )
         )
     )

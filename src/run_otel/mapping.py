@@ -117,7 +117,10 @@ class Mapper:
     # -- user feedback ----------------------------------------------------------
 
     def map_feedback(self, row: FeedbackRow, evaluation_name: str, score: float | None) -> SpanData:
-        """A rating as a zero-length child of the run's root, at the run's updated_at (when it was written)."""
+        """A rating as a child of the run's root, at the run's updated_at (when it was written).
+
+        One microsecond long, not zero: Jaeger flags a zero-length span with a "negative
+        duration" warning and moves its end."""
         at_ns = self._epoch_ns(row.updated_at) or 0
         attrs: list[tuple[str, AttrValue]] = [
             (A.GEN_AI_EVALUATION_NAME, evaluation_name),
@@ -132,7 +135,7 @@ class Mapper:
             parent_span_id=root_span_id_for(row.run_id),
             name=f"evaluation {evaluation_name}",
             start_ns=at_ns,
-            end_ns=at_ns,
+            end_ns=at_ns + 1_000,
             attributes=tuple(attrs),
         )
 

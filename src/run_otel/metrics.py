@@ -73,6 +73,7 @@ class BridgeMetrics(Recorder):
         meter = self.provider.get_meter("run_otel", __version__)
         self._settle = config.poll.settle_seconds
         self._feedback_labels = config.feedback.known_labels()
+        self._count_feedback = config.feedback.enabled
         self._shard = shard_name(config)
         self._i: dict[str, Any] = {}
         factories: dict[str, Callable[..., Any]] = {
@@ -123,6 +124,9 @@ class BridgeMetrics(Recorder):
                 seconds, labels = run.total_duration_ms / 1000, I.RUN_DURATION.labelled(status, intent)
                 self._get(I.RUN_DURATION).record(seconds, labels, context=context)
                 self._exemplars.record(I.RUN_DURATION, labels, trace_id, root_id, seconds)
+            if run.feedback is not None and self._count_feedback:
+                # Exported with its rating: counted here, once; later changes count in feedback_sent.
+                self._get(I.FEEDBACK).add(1, I.FEEDBACK.labelled(label(run.feedback, self._feedback_labels), intent))
             if run.total_token_count:
                 self._get(I.RUN_TOKENS).add(max(run.total_token_count, 0), I.RUN_TOKENS.labelled(intent))
             for tool in exported.tools:

@@ -99,6 +99,7 @@ class Poller:
         keep_going: Callable[[], bool] = lambda: True,
     ):
         self._poll = config.poll
+        self._feedback = config.feedback.enabled
         self._source = source
         self._sink = sink
         self._store = store
@@ -239,7 +240,10 @@ class Poller:
             self._recorder.export_failed()
             raise
         acked_at = self._clock()
-        self._store.save(following, acked_at)
+        # Feedback the root already carries is recorded with the checkpoint, in one transaction:
+        # the feedback recheck then sends only what is set or changed after the export.
+        rated = {run.run_id: run.feedback for run in decided.to_export if run.feedback is not None} if self._feedback else {}
+        self._store.save(following, acked_at, rated)
         self._high_water = following.high_water
         result.pending, result.gaps = len(following.pending), len(following.gaps)
         result.full_batch = len(new_runs) >= self._poll.batch_size
