@@ -12,7 +12,9 @@ OTLP/gRPC receiver in a separate process that only counts spans, then reports:
 3. raw-read: the same rows and columns read with the same driver, no mapping;
 4. idle poll: a poll that finds nothing, on a 10k-row and a 1M-row table;
 5. delay: p50/p95 from a run turning terminal to the receiver's ack, under a
-   live load of 50 runs/s, at the default poll settings.
+   live load of 50 runs/s, at the default poll settings;
+6. feedback pass: one recheck of user feedback on a 1M-row table holding 30
+   days of runs (1 in 20 rated), for a one-day and a seven-day window.
 
 Medians over --reps repetitions, and ratios, because the machine is noisy.
 Results go to bench/results/latest.json and a table on stdout.
@@ -140,6 +142,22 @@ def seed_runs_only(server: MariaDB, database: str, runs: int) -> None:
         cur.execute(
             f"""INSERT INTO diagnosis_run (run_id, session_id, query, status, created_at, updated_at)
                 SELECT CONCAT('run-idle-', seq), 's', 'q', 'SUCCESS', '2026-01-01', '2026-01-01' FROM seq_1_to_{runs}"""
+        )
+    conn.close()
+
+
+def seed_rated_runs(server: MariaDB, database: str, runs: int, days: int) -> None:
+    """``runs`` finished runs spread evenly over the last ``days`` days; every 20th rated DOWN."""
+    server.create_database(database)
+    conn = server.root(database)
+    step = days * 86400 / runs
+    with conn.cursor() as cur:
+        cur.execute(
+            f"""INSERT INTO diagnosis_run (run_id, session_id, query, status, feedback, created_at, updated_at)
+                SELECT CONCAT('run-fb-', seq), 's', 'q', 'SUCCESS', IF(MOD(seq, 20) = 0, 'DOWN', NULL),
+                       UTC_TIMESTAMP() - INTERVAL ROUND(({runs} - seq) * {step}) SECOND,
+                       UTC_TIMESTAMP() - INTERVAL ROUND(({runs} - seq) * {step}) SECOND
+                FROM seq_1_to_{runs}"""
         )
     conn.close()
 
@@ -307,6 +325,31 @@ def measure_idle_poll(tmp: Path, url: str, reps: int = 30) -> dict:
     return {"median_ms": statistics.median(times) * 1000, "p90_ms": sorted(times)[int(reps * 0.9)] * 1000}
 
 
+def measure_feedback_pass(tmp: Path, url: str, receiver: CountingReceiver, window_days: int, reps: int = 10) -> dict:
+    """One feedback recheck over ``window_days`` of a 1M-row table: the first (sends every rating) and the steady state."""
+    from run_otel.checkpoint import Checkpoint
+    from run_otel.config import load_config
+    from run_otel.wiring import build_feedback, build_poller
+
+    config = load_config(_config_file(tmp, url, receiver.endpoint, feedback={"window_seconds": window_days * 86400}), environ={})
+    poller = build_poller(config)
+    poller.store.save(Checkpoint(high_water=poller.source.max_run_id()), time.time())
+    feedback = build_feedback(config, poller)
+    assert feedback is not None
+    started = time.perf_counter()
+    first = feedback.run()
+    first_s = time.perf_counter() - started
+    times = []
+    for _ in range(reps):
+        started = time.perf_counter()
+        again = feedback.run()
+        times.append(time.perf_counter() - started)
+        assert again.sent == 0 and again.rated == first.rated
+    poller.source.close()
+    return {"window_days": window_days, "rated_in_window": first.rated, "first_pass_ms": first_s * 1000,
+            "steady_pass_median_ms": statistics.median(times) * 1000}
+
+
 def measure_delay(tmp: Path, server: MariaDB, seconds: float, rate: float = 50.0) -> dict:
     """A daemon at default settings under a live load; delay from terminal to ack."""
     database = "bench_delay"
@@ -368,6 +411,7 @@ def main() -> None:
     parser.add_argument("--delay-seconds", type=float, default=60)
     parser.add_argument("--skip-delay", action="store_true")
     parser.add_argument("--skip-idle", action="store_true")
+    parser.add_argument("--skip-feedback", action="store_true")
     args = parser.parse_args()
 
     results: dict = {"runs": args.runs, "tools_per_run": args.tools, "spans": args.runs * (args.tools + 1), "reps": args.reps,
@@ -418,6 +462,13 @@ def main() -> None:
                 small = measure_idle_poll(tmp, server.url("idle_10k"))
                 large = measure_idle_poll(tmp, server.url("idle_1m"))
                 results["idle_poll"] = {"10k": small, "1m": large, "ratio_1m_vs_10k": large["median_ms"] / small["median_ms"]}
+            if not args.skip_feedback:
+                print("feedback pass: seeding 1M runs over 30 days ...", flush=True)
+                seed_rated_runs(server, "feedback_1m", 1_000_000, 30)
+                with CountingReceiver() as receiver:
+                    results["feedback_pass"] = [
+                        measure_feedback_pass(tmp, server.url("feedback_1m"), receiver, days) for days in (1, 7)
+                    ]
             if not args.skip_delay:
                 print(f"delay: {args.delay_seconds:.0f}s of 50 runs/s ...", flush=True)
                 results["delay"] = measure_delay(tmp, server, args.delay_seconds)
@@ -451,6 +502,9 @@ def print_table(results: dict) -> None:
             ("idle poll, 10k rows", f"{idle['10k']['median_ms']:.2f} ms", ""),
             ("idle poll, 1M rows", f"{idle['1m']['median_ms']:.2f} ms", f"{idle['ratio_1m_vs_10k']:.2f}x (target <= 1.5x)"),
         ]
+    for fb in results.get("feedback_pass", []):
+        rows.append((f"feedback pass, {fb['window_days']}-day window of 1M rows",
+                     f"{fb['steady_pass_median_ms']:.0f} ms", f"{fb['rated_in_window']} rated runs; first pass {fb['first_pass_ms']:.0f} ms"))
     if "delay" in results:
         delay = results["delay"]
         rows.append(("export delay p50 / p95", f"{delay['p50_s']:.2f} s / {delay['p95_s']:.2f} s",

@@ -40,6 +40,17 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.05):
     raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
 
 
+def stop_process(process: subprocess.Popen | None, timeout: float) -> None:
+    """SIGTERM, then SIGKILL if it is still there after ``timeout`` seconds."""
+    if process and process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 def _binary(*names: str) -> str:
     for name in names:
         for folder in ("/usr/sbin", "/usr/bin", "/usr/local/bin"):
@@ -118,13 +129,7 @@ class MariaDB:
         return True
 
     def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(60)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, 60)
         self.process = None
 
     def root(self, database: str | None = None, **kwargs) -> pymysql.Connection:
@@ -278,13 +283,7 @@ class Rotel:
         wait_for(lambda: _port_open(self.grpc_port) and _port_open(self.http_port), 30, "rotel to listen")
 
     def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, 20)
         self.process = None
 
     def endpoint(self, protocol: str) -> str:
@@ -341,9 +340,7 @@ class Prometheus:
             return False
 
     def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(30)
+        stop_process(self.process, 30)
 
     def exemplars(self, expr: str, since: float) -> list:
         """/api/v1/query_exemplars over [since, now]: one entry per series, with its exemplars."""
@@ -416,13 +413,7 @@ class CollectorProgram:
             return False
 
     def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, 20)
         self.process = None
 
 
@@ -557,10 +548,4 @@ class Phoenix:
         return reply["data"]
 
     def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, 30)
