@@ -125,3 +125,20 @@ def test_an_environment_override_of_a_file_key_is_said(tmp_path):
     env = {"RUN_OTEL_STATE__URL": "sqlite:////var/lib/run-otel/state.db", "RUN_OTEL_LOG__LEVEL": "DEBUG"}
     assert load_config(path, env).state.url == "sqlite:////var/lib/run-otel/state.db"
     assert overridden_file_keys(path, env) == [f"RUN_OTEL_STATE__URL overrides state.url set in {path}"]
+
+
+def test_help_loads_no_database_driver_exporter_or_terminal_library():
+    """`run-otel --help` imports click and the command modules only: each command imports what it
+    runs on when it runs. (Its time is a benchmark figure, not asserted here.)"""
+    import subprocess
+    import sys
+
+    heavy = ("sqlalchemy", "pymysql", "grpc", "opentelemetry", "rich", "apscheduler", "detect_secrets", "prometheus_client")
+    code = (
+        "import sys; from run_otel.cli import cli; "
+        "from click.testing import CliRunner; assert CliRunner().invoke(cli, ['--help']).exit_code == 0; "
+        f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({heavy!r})))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

@@ -4,36 +4,27 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import sys
-import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
-from rich.table import Table
 
-from . import __version__
-from .backfill import Window, order_warning, plan, where_to_find
-from .check import FAIL, OK, WARN, run_checks
 from .cliutil import CONFIG_OPTION, EXIT_FAILED, EXIT_USAGE, SHARD_OPTION, fail, guarded, load
-from .clock import SourceClock
-from .config import Config
-from .daemon import Daemon, summary
-from .demo import demo_config, generate, interesting_runs, seed_demo_database, summary_rows
-from .export import JsonFileSink, Sink, build_sink
-from .mapping import trace_id_for
 from .opscli import COMMANDS as OPERATOR_COMMANDS
-from .poller import PollResult
-from .render import ProgressRecorder, print_trace, progress_bar
-from .source import Source
 from .times import TimeParam
-from .wiring import build_feedback, build_poller, start_metrics
+
+if TYPE_CHECKING:
+    from .backfill import Window
+    from .config import Config
+
+# Each command imports what it runs on (SQLAlchemy, gRPC, the SDK, rich) in its body:
+# `run-otel --help` then costs the interpreter and click, not the whole bridge.
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.version_option(__version__, prog_name="run-otel")
+@click.version_option(package_name="run-otel", prog_name="run-otel")
 def cli() -> None:
     """Export the diagnosis agent's runs as OpenTelemetry traces.
 
@@ -58,6 +49,9 @@ def once(config_path: Path | None, shard: str | None) -> None:
     config = load(config_path, shard)
 
     def body() -> None:
+        from .daemon import summary
+        from .wiring import build_feedback, build_poller
+
         poller = build_poller(config)
         result = poller.poll()
         click.echo(summary(result))
@@ -79,6 +73,8 @@ def run(config_path: Path | None, shard: str | None) -> None:
     and its checkpoint saved before the process exits. A database or receiver
     outage is retried with backoff; nothing is skipped.
     """
+    from .daemon import Daemon
+
     config = load(config_path, shard)
     guarded(lambda: Daemon(config).run_forever())
 
@@ -125,6 +121,9 @@ def backfill(
         raise click.UsageError(f"--until ({until}) must be after --since ({since})")
     if from_id and to_id and to_id < from_id:
         raise click.UsageError(f"--to-id ({to_id}) must not be below --from-id ({from_id})")
+    from .backfill import Window
+    from .clock import SourceClock
+
     config = load(config_path, shard)
     clock = SourceClock(config.source.timezone)
     window = Window(since and clock.naive(since), until and clock.naive(until))
@@ -132,6 +131,17 @@ def backfill(
 
 
 def _backfill(config: Config, window: Window, ids: tuple, with_metrics: bool) -> None:
+    import signal
+    import time
+
+    from rich.console import Console
+
+    from .backfill import order_warning, plan, where_to_find
+    from .mapping import trace_id_for
+    from .poller import PollResult
+    from .render import progress_bar
+    from .wiring import build_poller, start_metrics
+
     console = Console(stderr=True, highlight=False, soft_wrap=True)
     metrics, server = start_metrics(config) if with_metrics else (None, None)
     poller = build_poller(config, recorder=metrics)
@@ -184,6 +194,11 @@ def show(config_path: Path | None, run_id: str) -> None:
     to open in Jaeger or Tempo, and a link when ui.jaeger_url or ui.tempo_url
     is set. Exits 1 when no run has that run_id.
     """
+    from rich.console import Console
+
+    from .render import print_trace
+    from .source import Source
+
     config = load(config_path)
 
     def body() -> None:
@@ -194,9 +209,6 @@ def show(config_path: Path | None, run_id: str) -> None:
     guarded(body)
 
 
-_SYMBOLS = {OK: "[green]✔[/]", WARN: "[yellow]![/]", FAIL: "[red]✘[/]"}
-
-
 @cli.command()
 @CONFIG_OPTION
 def check(config_path: Path | None) -> None:
@@ -205,6 +217,11 @@ def check(config_path: Path | None) -> None:
     One line per check, then a verdict. Warnings (a missing index, a user that
     can write) do not fail; exit 1 only when something run-otel needs is missing.
     """
+    from rich.console import Console
+
+    from .check import FAIL, OK, WARN, run_checks
+
+    symbols = {OK: "[green]✔[/]", WARN: "[yellow]![/]", FAIL: "[red]✘[/]"}
     config = load(config_path)
     # soft_wrap: a line is never broken at 80 columns when stdout is a pipe (CI, kubectl exec).
     console = Console(highlight=False, soft_wrap=True)
@@ -212,7 +229,7 @@ def check(config_path: Path | None) -> None:
     for finding in run_checks(config):
         findings.append(finding)
         detail = f": {finding.detail}" if finding.detail else ""
-        console.print(f"{_SYMBOLS[finding.level]} {finding.what}{detail}")
+        console.print(f"{symbols[finding.level]} {finding.what}{detail}")
     failures = sum(f.level == FAIL for f in findings)
     warnings = sum(f.level == WARN for f in findings)
     if failures:
@@ -245,6 +262,15 @@ def demo(config_path: Path | None, db_path: Path, out_path: Path, runs: int, see
 
 
 def _demo(base: Config, db_path: Path, out_path: Path, runs: int, seed: int, anchor: datetime | None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from .demo import demo_config, generate, interesting_runs, seed_demo_database, summary_rows
+    from .export import JsonFileSink, Sink, build_sink
+    from .render import ProgressRecorder, print_trace, progress_bar
+    from .source import Source
+    from .wiring import build_poller
+
     console = Console(highlight=False)
     anchor = anchor or _utcnow().replace(minute=0, second=0, microsecond=0, tzinfo=None)
     workload = generate(seed, runs, anchor)

@@ -9,16 +9,15 @@ import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from .checkpoint import CheckpointError
-from .config import Config, ConfigError, load_config, overridden_file_keys
-from .export import ExportError
-from .lease import LeaseError
-from .logs import configure_logging
-from .source import SourceError
-from .wiring import MetricsPortError
+if TYPE_CHECKING:
+    from .config import Config
+
+# Imports that pull in SQLAlchemy, gRPC or the SDK happen inside the functions that
+# need them, so `run-otel --help` starts in a fraction of the time a command takes.
 
 log = logging.getLogger("run_otel")
 
@@ -48,6 +47,9 @@ def load(config_path: Path | None, shard: str | None = None, demo: bool = False)
             "`run-otel config --example` prints one to start from, and `run-otel demo` needs none",
             EXIT_USAGE,
         )
+    from .config import ConfigError, load_config, overridden_file_keys
+    from .logs import configure_logging
+
     try:
         config = load_config(config_path)
         if shard:
@@ -66,12 +68,20 @@ def load(config_path: Path | None, shard: str | None = None, demo: bool = False)
 def _parse_shard(text: str) -> tuple[int, int]:
     index, sep, total = text.partition("/")
     if not (sep and index.isdigit() and total.isdigit() and 0 <= int(index) < int(total)):
+        from .config import ConfigError
+
         raise ConfigError(f"--shard must be i/N with 0 <= i < N, got {text!r}")
     return int(index), int(total)
 
 
 def guarded(action: Callable[[], None]) -> None:
     """Runs a command body; known failures become one line and exit code 1."""
+    from .checkpoint import CheckpointError
+    from .export import ExportError
+    from .lease import LeaseError
+    from .source import SourceError
+    from .wiring import MetricsPortError
+
     try:
         action()
     except (SourceError, ExportError, CheckpointError, LeaseError, MetricsPortError) as exc:

@@ -9,16 +9,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import click
-from rich.console import Console
-from rich.table import Table
 
-from .checkpoint import CheckpointStore
 from .cliutil import CONFIG_OPTION, EXIT_FAILED, EXIT_USAGE, SHARD_OPTION, fail, guarded, load
-from .clock import SourceClock
-from .operate import export_run_ids, lease_holder, probe, probe_url, rewound, shard_statuses
-from .source import Source
 from .times import TimeParam
-from .wiring import build_poller
+
+# As in cli: what a command runs on is imported in its body, to keep --help fast.
 
 
 @click.command()
@@ -31,6 +26,14 @@ def status(config_path: Path | None, as_json: bool) -> None:
     (the newest run's created_at minus the high-water run's). Reads only: a
     state store that does not exist is reported, never created.
     """
+    from rich.console import Console
+    from rich.table import Table
+
+    from .checkpoint import CheckpointStore
+    from .clock import SourceClock
+    from .operate import shard_statuses
+    from .source import Source
+
     config = load(config_path)
 
     def body() -> None:
@@ -74,6 +77,11 @@ def rewind(config_path: Path | None, to_id: int | None, since: datetime | None, 
     """
     if (to_id is None) == (since is None):
         raise click.UsageError("give exactly one of --to-id and --since")
+    from .checkpoint import CheckpointStore
+    from .clock import SourceClock
+    from .operate import lease_holder, rewound
+    from .source import Source
+
     config = load(config_path, shard)
 
     def body() -> None:
@@ -114,6 +122,9 @@ def export_command(config_path: Path | None, run_ids: tuple[str, ...], incomplet
     A finished run is sent as the daemon would send it. A waiting run is
     skipped unless --incomplete, which sends it as incomplete (ERROR).
     """
+    from .operate import export_run_ids
+    from .wiring import build_poller
+
     config = load(config_path)
 
     def body() -> None:
@@ -153,6 +164,8 @@ def health(config_path: Path | None, live: bool) -> None:
     metrics.host and metrics.port from the same config and RUN_OTEL_* variables
     as the daemon, so a container HEALTHCHECK follows a changed port.
     """
+    from .operate import probe, probe_url
+
     config = load(config_path)
     if not config.metrics.enabled:
         fail("metrics.enabled is false, so nothing serves /readyz or /healthz", EXIT_USAGE)
