@@ -45,6 +45,7 @@ class SourceConfig:
     tls_ca: str = ""
     tls_cert: str = ""
     tls_key: str = ""
+    evidence_in_database: bool = True
 
 
 @dataclass(frozen=True)

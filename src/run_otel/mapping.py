@@ -19,6 +19,7 @@ from . import attributes as A
 from .clock import SourceClock
 from .config import Config
 from .content import ContentPolicy
+from .evidence import Evidence, summarize
 from .rows import RELEVANCE_LEVELS, RETRIEVAL_LAYERS, FeedbackRow, RunRow, ToolRow
 
 AttrValue = str | bool | int | float | tuple[str, ...]
@@ -284,8 +285,7 @@ class Mapper:
         ):
             if value is not None:
                 attrs.append((key, value))
-        details = _json_object(tool.retrieval_details, warnings, tool.id)
-        refs = self._evidence(details, attrs, tool, warnings)
+        evidence = self._evidence(tool, attrs, warnings)
         _put(attrs, A.TOOL_OUTPUT_LENGTH, tool.output_length)
         _put(attrs, A.TOOL_OUTPUT_TRUNCATED, None if tool.is_truncated is None else bool(tool.is_truncated))
         # The span treats an out-of-range duration as missing; so does its attribute.
@@ -298,18 +298,18 @@ class Mapper:
             attrs.append((A.OPENINFERENCE_SPAN_KIND, A.OI_KIND_RETRIEVER if retriever else A.OI_KIND_TOOL))
             _put(attrs, A.OI_TOOL_NAME, tool.tool_name)
             _put(attrs, A.SESSION_ID, run.session_id)
-            if retriever and refs:
-                attrs.extend(self._documents(refs, tool))
+            if retriever and evidence is not None and evidence.paths:
+                attrs.extend(self._documents(evidence, tool))
         if self._content.capture:
-            evidence = _compact_json(refs) if refs is not None else None
+            refs_json = _compact_json(evidence.refs) if evidence is not None and evidence.refs is not None else None
             attrs.extend(
                 self._content.tool_attributes(
-                    tool.input_params, tool.output_preview, tool.success is True, evidence, retriever and self._openinference
+                    tool.input_params, tool.output_preview, tool.success is True, refs_json, retriever and self._openinference
                 )
             )
         return tuple(attrs)
 
-    def _documents(self, refs: list, tool: ToolRow) -> list[tuple[str, AttrValue]]:
+    def _documents(self, evidence: Evidence, tool: ToolRow) -> list[tuple[str, AttrValue]]:
         """retrieval.documents.N.document.*: one per evidence ref with a raw_path, except $.no_evidence."""
         metadata = _compact_json(
             {
@@ -323,33 +323,38 @@ class Mapper:
                 if value is not None
             }
         )
+        if evidence.refs is not None:
+            documents = [
+                (ref["raw_path"], ref.get("text"))
+                for ref in evidence.refs
+                if isinstance(ref, dict) and isinstance(ref.get("raw_path"), str)
+            ]
+        else:  # summarized by the database: paths only, and no text to show
+            documents = [(path, None) for path in evidence.paths]
         pairs: list[tuple[str, AttrValue]] = []
-        documents = [ref for ref in refs if isinstance(ref, dict) and isinstance(ref.get("raw_path"), str)]
-        for n, ref in enumerate(ref for ref in documents if ref["raw_path"] != A.NO_EVIDENCE_PATH):
+        for n, (path, text) in enumerate(doc for doc in documents if doc[0] != A.NO_EVIDENCE_PATH):
             prefix = f"{A.OI_RETRIEVAL_DOCUMENTS}.{n}."
-            pairs.append((prefix + A.OI_DOCUMENT_ID, ref["raw_path"]))
-            _put(pairs, prefix + A.OI_DOCUMENT_CONTENT, self._content.document_content(ref.get("text")))
+            pairs.append((prefix + A.OI_DOCUMENT_ID, path))
+            _put(pairs, prefix + A.OI_DOCUMENT_CONTENT, self._content.document_content(text))
             pairs.append((prefix + A.OI_DOCUMENT_METADATA, metadata))
         return pairs
 
-    def _evidence(self, details: dict | None, attrs: list, tool: ToolRow, warnings: list[str]) -> list | None:
-        """Adds rag.evidence.* from retrieval_details; returns the refs list for opt-in export."""
-        if details is None:
+    def _evidence(self, tool: ToolRow, attrs: list, warnings: list[str]) -> Evidence | None:
+        """Adds rag.evidence.* from retrieval_details, parsed here or summarized by the database."""
+        details = tool.retrieval_details
+        evidence = details if isinstance(details, Evidence) else summarize(details, warnings, tool.id)
+        if evidence is None:
             return None
-        status = details.get("evidence_status")
-        if isinstance(status, str):
-            attrs.append((A.RAG_EVIDENCE_STATUS, status))
-        refs = details.get("evidence_refs")
-        if refs is None:
-            return None
-        if not isinstance(refs, list):
+        if evidence.status is not None:
+            attrs.append((A.RAG_EVIDENCE_STATUS, evidence.status))
+        if evidence.refs_not_a_list:
             warnings.append(f"tool_invocation {tool.id}: evidence_refs is not a list")
-            return None
-        attrs.append((A.RAG_EVIDENCE_COUNT, len(refs)))
-        paths = tuple(ref["raw_path"] for ref in refs if isinstance(ref, dict) and isinstance(ref.get("raw_path"), str))
-        if paths:
-            attrs.append((A.RAG_EVIDENCE_PATHS, paths))
-        return refs
+            return evidence
+        if evidence.ref_count is not None:
+            attrs.append((A.RAG_EVIDENCE_COUNT, evidence.ref_count))
+        if evidence.paths:
+            attrs.append((A.RAG_EVIDENCE_PATHS, evidence.paths))
+        return evidence
 
 
 def _put(attrs: list, key: str, value: AttrValue | None) -> None:
@@ -368,20 +373,6 @@ def _valid_duration(value: int | None, warnings: list[str], row: str, row_id: in
         return None
     if value < 0 or value > MAX_DURATION_MS:
         warnings.append(f"{_where(row, row_id, column)} out of range ({value} ms)")
-        return None
-    return value
-
-
-def _json_object(text: str | bytes | None, warnings: list[str], row_id: int) -> dict | None:
-    if text is None:
-        return None
-    try:
-        value = json.loads(text)
-    except (ValueError, TypeError):
-        warnings.append(f"{_where('tool_invocation', row_id, 'retrieval_details')} is not valid JSON")
-        return None
-    if not isinstance(value, dict):
-        warnings.append(f"{_where('tool_invocation', row_id, 'retrieval_details')} is not a JSON object")
         return None
     return value
 

@@ -59,7 +59,8 @@ class ToolRow(NamedTuple):
     is_truncated: bool | None
     relevance_level: str | None
     dedup_reason: str | None
-    retrieval_details: str | None
+    # The JSON text, or (MySQL/MariaDB, capture off) the database's evidence.Evidence summary.
+    retrieval_details: str | Any | None
     duration_ms: int | None
     success: bool | None
     error_message: str | None

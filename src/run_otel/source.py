@@ -16,10 +16,12 @@ from typing import NamedTuple
 from sqlalchemy import Engine, create_engine, event, func, select
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.sql.elements import ColumnElement
 
 from .clock import ClockSample, SourceClock
 from .config import VERIFYING_TLS_MODES, Config, SourceConfig
 from .content import RUN_CONTENT_COLUMNS, TOOL_CONTENT_COLUMNS, ContentPolicy
+from .evidence import DATABASE_COLUMN_COUNT, database_columns, from_database
 from .rows import TERMINAL_STATUSES, FeedbackRow, RunRow, ToolRow
 from .schema import diagnosis_run, tool_invocation
 
@@ -139,10 +141,28 @@ class Source:
         run_cols = RUN_COLUMNS + content.run_columns()
         tool_cols = TOOL_COLUMNS + content.tool_columns()
         self._run_select = select(*(diagnosis_run.c[name] for name in run_cols))
-        self._tool_select = select(*(tool_invocation.c[name] for name in tool_cols))
+        columns: list[ColumnElement] = [tool_invocation.c[name] for name in tool_cols]
+        # Without capture, MySQL/MariaDB summarize retrieval_details themselves: the evidence
+        # text, often kilobytes a call, then never leaves the database.
+        self._evidence_at = TOOL_COLUMNS.index("retrieval_details") if self._summarize_evidence(content, config.source) else None
+        if self._evidence_at is not None:
+            at = self._evidence_at
+            columns[at : at + 1] = database_columns(tool_invocation.c.retrieval_details)
+        self._tool_select = select(*columns)
 
     def describe(self) -> str:
         return safe_url(self._url)
+
+    def _summarize_evidence(self, content: ContentPolicy, source: SourceConfig) -> bool:
+        return source.evidence_in_database and not content.capture and self.engine.dialect.name == "mysql"
+
+    def _tool_row(self, row) -> ToolRow:
+        at = self._evidence_at
+        if at is None:
+            return ToolRow(*row)
+        summary = from_database(row[at : at + DATABASE_COLUMN_COUNT])
+        values = [*row[:at], summary, *row[at + DATABASE_COLUMN_COUNT :]]
+        return ToolRow(*values)
 
     def _fetch(self, statement) -> list:
         try:
@@ -289,7 +309,7 @@ class Source:
                 tool_invocation.c.run_id, tool_invocation.c.id
             )
             for row in self._fetch(stmt):
-                tool = ToolRow(*row)
+                tool = self._tool_row(row)
                 key = tool.run_id if tool.run_id in by_run else folded.get(tool.run_id.casefold())
                 if key is not None:
                     by_run[key].append(tool)

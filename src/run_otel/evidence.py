@@ -1,0 +1,94 @@
+"""What the spans need from ``tool_invocation.retrieval_details``, and two ways to get it.
+
+With content capture off, a span needs the evidence status, the number of refs
+and their ``raw_path`` values, never the evidence text, which can be kilobytes
+per ref. On MySQL and MariaDB the database computes exactly those with its JSON
+functions (:func:`database_columns`), so the text never leaves it. Elsewhere,
+and with capture on, Python parses the column (:func:`summarize`).
+
+Both paths give the same :class:`Evidence`, including the warnings: a row the
+database finds unusual (not valid JSON, or not an object) comes back as its raw
+text and takes the Python path, so bad rows are judged one way only. A property
+test holds the two paths equal on MariaDB.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from sqlalchemy import and_, case, func, literal_column
+from sqlalchemy.sql.elements import ColumnElement
+
+
+class Evidence(NamedTuple):
+    status: str | None  # evidence_status, when it is a string
+    ref_count: int | None  # len(evidence_refs) when it is a list
+    paths: tuple[str, ...]  # each ref's raw_path that is a string, in order
+    # The refs themselves (with their text), only on the Python path: content capture needs them.
+    refs: list | None = None
+    refs_not_a_list: bool = False
+
+
+def summarize(text: str | bytes | None, warnings: list[str], tool_id: int) -> Evidence | None:
+    """The Python path: parse the column."""
+    if text is None:
+        return None
+    try:
+        details = json.loads(text)
+    except (ValueError, TypeError):
+        warnings.append(f"tool_invocation {tool_id}: retrieval_details is not valid JSON")
+        return None
+    if not isinstance(details, dict):
+        warnings.append(f"tool_invocation {tool_id}: retrieval_details is not a JSON object")
+        return None
+    status = details.get("evidence_status")
+    status = status if isinstance(status, str) else None
+    refs = details.get("evidence_refs")
+    if refs is None:
+        return Evidence(status, None, ())
+    if not isinstance(refs, list):
+        return Evidence(status, None, (), refs_not_a_list=True)
+    paths = tuple(ref["raw_path"] for ref in refs if isinstance(ref, dict) and isinstance(ref.get("raw_path"), str))
+    return Evidence(status, len(refs), paths, refs)
+
+
+# -- the database path (MySQL 8, MariaDB) -------------------------------------------------
+
+DATABASE_COLUMN_COUNT = 6
+
+
+def database_columns(details: ColumnElement) -> list[ColumnElement]:
+    """Six expressions that replace the column: usual?, the raw text if not, status, refs type, refs length, paths."""
+    usual = and_(details.is_not(None), func.json_valid(details) == 1, func.json_type(details) == "OBJECT")
+
+    def when_usual(expression: ColumnElement) -> ColumnElement:
+        return case((usual, expression), else_=None)
+
+    status = func.json_extract(details, literal_column("'$.evidence_status'"))
+    refs = func.json_extract(details, literal_column("'$.evidence_refs'"))
+    return [
+        case((details.is_(None), None), (usual, 1), else_=0),
+        case((usual, None), else_=details),
+        when_usual(case((func.json_type(status) == "STRING", func.json_unquote(status)), else_=None)),
+        # Two columns, not one CONCAT: MariaDB's CONCAT drops JSON_TYPE's result.
+        when_usual(func.json_type(refs)),
+        when_usual(func.json_length(refs)),
+        when_usual(func.json_extract(details, literal_column("'$.evidence_refs[*].raw_path'"))),
+    ]
+
+
+def from_database(values: Sequence[Any]) -> Evidence | str | None:
+    """The six values of :func:`database_columns` as Evidence, or the raw text of an unusual row."""
+    usual, raw, status, kind, length, paths = values
+    if usual is None:
+        return None
+    if not usual:
+        return raw
+    if kind in (None, "NULL"):  # absent, or JSON null: as Python's details.get() sees it
+        return Evidence(status, None, ())
+    if kind != "ARRAY":
+        return Evidence(status, None, (), refs_not_a_list=True)
+    found = json.loads(paths) if paths else []
+    return Evidence(status, int(length), tuple(p for p in found if isinstance(p, str)))
