@@ -104,7 +104,19 @@ class CountingReceiver:
 # -- seeding ---------------------------------------------------------------------------
 
 
-def seed_runs_and_tools(server: MariaDB, database: str, runs: int, tools: int) -> None:
+SHORT_EVIDENCE = (
+    "'{\"evidence_status\":\"supported\",\"evidence_refs\":[{\"raw_path\":\"$.logs[0]\",\"text\":\"evidence text\"},"
+    "{\"raw_path\":\"$.logs[1]\",\"text\":\"more\"}]}'"
+)
+# Three refs of about 1 KB of text each: what real retrieval calls carry.
+KB_EVIDENCE = (
+    "CONCAT('{\"evidence_status\":\"supported\",\"evidence_refs\":[', "
+    + ", ',', ".join(f"'{{\"raw_path\":\"$.docs[{i}]\",\"text\":\"', REPEAT('e', 1000), '\"}}'" for i in range(3))
+    + ", ']}')"
+)
+
+
+def seed_runs_and_tools(server: MariaDB, database: str, runs: int, tools: int, evidence: str = SHORT_EVIDENCE) -> None:
     """``runs`` finished runs with exactly ``tools`` tool rows each, via the sequence engine."""
     server.create_database(database)
     conn = server.root(database)
@@ -127,7 +139,7 @@ def seed_runs_and_tools(server: MariaDB, database: str, runs: int, tools: int) -
                 SELECT r.session_id, r.run_id, t.seq, ELT(1 + t.seq % 4, 'lookup_knowledge', 'query_logs', 'query_metrics', 'search_runbook'),
                        '{{"q":"x"}}', 2048, IF(t.seq % 2 = 0, 'L0+L1', NULL), IF(t.seq % 2 = 0, 3, NULL), IF(t.seq % 2 = 0, 2, NULL),
                        0, IF(t.seq % 2 = 0, 'PRECISE', NULL), NULL,
-                       '{{"evidence_status":"supported","evidence_refs":[{{"raw_path":"$.logs[0]","text":"evidence text"}},{{"raw_path":"$.logs[1]","text":"more"}}]}}',
+                       {evidence},
                        180, IF(t.seq = 7, 0, 1), IF(t.seq = 7, 'timeout after 30000 ms', NULL),
                        r.created_at + INTERVAL t.seq SECOND
                 FROM diagnosis_run r JOIN seq_1_to_{tools} t ORDER BY r.id, t.seq"""
@@ -179,10 +191,21 @@ def _config_file(tmp: Path, url: str, endpoint: str, **extra) -> Path:
     return path
 
 
-def measure_backfill(tmp: Path, url: str, receiver: CountingReceiver) -> dict:
-    """`run-otel backfill` as a user runs it; spans/s from the receiver's count, peak RSS of the child."""
+def server_bytes_sent(server: MariaDB) -> int:
+    conn = server.root()
+    with conn.cursor() as cur:
+        cur.execute("SHOW GLOBAL STATUS LIKE 'Bytes_sent'")
+        value = int(cur.fetchone()[1])
+    conn.close()
+    return value
+
+
+def measure_backfill(tmp: Path, url: str, receiver: CountingReceiver, server: MariaDB | None = None, **config_extra) -> dict:
+    """`run-otel backfill` as a user runs it; spans/s from the receiver's count, peak RSS of the child,
+    and (with ``server``) the bytes the database sent per exported span."""
     receiver.reset()
-    config = _config_file(tmp, url, receiver.endpoint)
+    config = _config_file(tmp, url, receiver.endpoint, **config_extra)
+    sent_before = server_bytes_sent(server) if server else 0
     started = time.perf_counter()
     process = subprocess.Popen(
         [sys.executable, "-m", "run_otel.cli", "backfill", "--since", "2000-01-01", "--config", str(config)],
@@ -196,8 +219,11 @@ def measure_backfill(tmp: Path, url: str, receiver: CountingReceiver) -> dict:
     if process.returncode != 0:
         raise SystemExit(err)
     wait_for(lambda: receiver.counter.value > 0, 10, "spans")
-    return {"spans": receiver.counter.value, "seconds": elapsed, "spans_per_s": receiver.counter.value / elapsed,
-            "peak_rss_mib": peak.kib / 1024}
+    out = {"spans": receiver.counter.value, "seconds": elapsed, "spans_per_s": receiver.counter.value / elapsed,
+           "peak_rss_mib": peak.kib / 1024}
+    if server:
+        out["db_bytes_per_span"] = (server_bytes_sent(server) - sent_before) / receiver.counter.value
+    return out
 
 
 class PeakRss(threading.Thread):
@@ -412,6 +438,7 @@ def main() -> None:
     parser.add_argument("--skip-delay", action="store_true")
     parser.add_argument("--skip-idle", action="store_true")
     parser.add_argument("--skip-feedback", action="store_true")
+    parser.add_argument("--skip-evidence", action="store_true")
     args = parser.parse_args()
 
     results: dict = {"runs": args.runs, "tools_per_run": args.tools, "spans": args.runs * (args.tools + 1), "reps": args.reps,
@@ -462,6 +489,26 @@ def main() -> None:
                 small = measure_idle_poll(tmp, server.url("idle_10k"))
                 large = measure_idle_poll(tmp, server.url("idle_1m"))
                 results["idle_poll"] = {"10k": small, "1m": large, "ratio_1m_vs_10k": large["median_ms"] / small["median_ms"]}
+            if not args.skip_evidence:
+                print(f"1 KB evidence: seeding {args.runs} runs x {args.tools} tools, 3 refs of 1 KB per call ...", flush=True)
+                seed_runs_and_tools(server, "bench_kb", args.runs, args.tools, KB_EVIDENCE)
+                kb_url, by_path = server.url("bench_kb"), {True: [], False: []}
+                with CountingReceiver() as receiver:
+                    for _ in range(args.reps):
+                        for in_database in (True, False):
+                            by_path[in_database].append(
+                                measure_backfill(tmp, kb_url, receiver, server, source={"evidence_in_database": in_database})
+                            )
+                results["kb_evidence"] = {
+                    name: {
+                        "spans_per_s": statistics.median(r["spans_per_s"] for r in runs),
+                        "db_bytes_per_span": statistics.median(r["db_bytes_per_span"] for r in runs),
+                    }
+                    for name, runs in (("in_database", by_path[True]), ("parsed_here", by_path[False]))
+                }
+                kb = results["kb_evidence"]
+                results["ratios"]["kb_bytes_parsed_vs_in_database"] = kb["parsed_here"]["db_bytes_per_span"] / kb["in_database"]["db_bytes_per_span"]
+                results["ratios"]["kb_speed_in_database_vs_parsed"] = kb["in_database"]["spans_per_s"] / kb["parsed_here"]["spans_per_s"]
             if not args.skip_feedback:
                 print("feedback pass: seeding 1M runs over 30 days ...", flush=True)
                 seed_rated_runs(server, "feedback_1m", 1_000_000, 30)
@@ -501,6 +548,16 @@ def print_table(results: dict) -> None:
         rows += [
             ("idle poll, 10k rows", f"{idle['10k']['median_ms']:.2f} ms", ""),
             ("idle poll, 1M rows", f"{idle['1m']['median_ms']:.2f} ms", f"{idle['ratio_1m_vs_10k']:.2f}x (target <= 1.5x)"),
+        ]
+    if "kb_evidence" in results:
+        kb, ratios = results["kb_evidence"], results["ratios"]
+        rows += [
+            ("1 KB evidence, JSON in the database", f"{kb['in_database']['spans_per_s']:,.0f} spans/s",
+             f"{kb['in_database']['db_bytes_per_span']:,.0f} bytes read per span"),
+            ("1 KB evidence, parsed in run-otel", f"{kb['parsed_here']['spans_per_s']:,.0f} spans/s",
+             f"{kb['parsed_here']['db_bytes_per_span']:,.0f} bytes read per span"),
+            ("bytes read, parsed / in the database", f"{ratios['kb_bytes_parsed_vs_in_database']:.1f}x", "target >= 5x"),
+            ("speed, in the database / parsed", f"{ratios['kb_speed_in_database_vs_parsed']:.2f}x", ""),
         ]
     for fb in results.get("feedback_pass", []):
         rows.append((f"feedback pass, {fb['window_days']}-day window of 1M rows",
