@@ -178,16 +178,20 @@ def seed_rated_runs(server: MariaDB, database: str, runs: int, days: int) -> Non
 
 
 def _config_file(tmp: Path, url: str, endpoint: str, **extra) -> Path:
-    lines = [
-        f'[source]\nurl = "{url}"',
-        f'[state]\nurl = "sqlite:///{tmp / ("state-" + uuid.uuid4().hex + ".db")}"',
-        f'[export]\nendpoint = "{endpoint}"',
-        "[metrics]\nenabled = false",
-    ]
+    sections: dict[str, dict] = {
+        "source": {"url": url},
+        "state": {"url": f"sqlite:///{tmp / ('state-' + uuid.uuid4().hex + '.db')}"},
+        "export": {"endpoint": endpoint},
+        "metrics": {"enabled": False},
+    }
     for section, values in extra.items():
-        lines.append(f"[{section}]\n" + "\n".join(f"{k} = {json.dumps(v)}" for k, v in values.items()))
+        sections.setdefault(section, {}).update(values)
+    text = "\n\n".join(
+        f"[{section}]\n" + "\n".join(f"{key} = {json.dumps(value)}" for key, value in values.items())
+        for section, values in sections.items()
+    )
     path = tmp / f"bench-{uuid.uuid4().hex}.toml"
-    path.write_text("\n\n".join(lines) + "\n")
+    path.write_text(text + "\n")
     return path
 
 

@@ -18,7 +18,7 @@ import json
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from sqlalchemy import and_, case, func, literal_column
+from sqlalchemy import case, func, literal_column
 from sqlalchemy.sql.elements import ColumnElement
 
 
@@ -60,32 +60,31 @@ DATABASE_COLUMN_COUNT = 6
 
 
 def database_columns(details: ColumnElement) -> list[ColumnElement]:
-    """Six expressions that replace the column: usual?, the raw text if not, status, refs type, refs length, paths."""
-    usual = and_(details.is_not(None), func.json_valid(details) == 1, func.json_type(details) == "OBJECT")
+    """Six expressions that replace the column: its JSON type, the raw text unless it is an object,
+    the status as JSON, the refs' JSON type and length, and the refs' raw_paths as a JSON array.
 
-    def when_usual(expression: ColumnElement) -> ColumnElement:
-        return case((usual, expression), else_=None)
-
-    status = func.json_extract(details, literal_column("'$.evidence_status'"))
-    refs = func.json_extract(details, literal_column("'$.evidence_refs'"))
+    Each parses the document once, and none is guarded by another: on MariaDB a JSON
+    function returns NULL for text that is not JSON, and on MySQL the JSON column type
+    holds only valid JSON. Whatever they return for a row that is not an object is ignored.
+    """
+    refs: ColumnElement = literal_column("'$.evidence_refs'")
     return [
-        case((details.is_(None), None), (usual, 1), else_=0),
-        case((usual, None), else_=details),
-        when_usual(case((func.json_type(status) == "STRING", func.json_unquote(status)), else_=None)),
-        # Two columns, not one CONCAT: MariaDB's CONCAT drops JSON_TYPE's result.
-        when_usual(func.json_type(refs)),
-        when_usual(func.json_length(refs)),
-        when_usual(func.json_extract(details, literal_column("'$.evidence_refs[*].raw_path'"))),
+        func.json_type(details),
+        case((func.json_type(details) == "OBJECT", None), else_=details),
+        func.json_extract(details, literal_column("'$.evidence_status'")),
+        func.json_type(func.json_extract(details, refs)),
+        func.json_length(details, refs),
+        func.json_extract(details, literal_column("'$.evidence_refs[*].raw_path'")),
     ]
 
 
 def from_database(values: Sequence[Any]) -> Evidence | str | None:
     """The six values of :func:`database_columns` as Evidence, or the raw text of an unusual row."""
-    usual, raw, status, kind, length, paths = values
-    if usual is None:
-        return None
-    if not usual:
-        return raw
+    document_type, raw, status_json, kind, length, paths = values
+    if document_type != "OBJECT":
+        return raw  # NULL, or text Python must judge (not JSON, or not an object)
+    status = json.loads(status_json) if status_json is not None else None
+    status = status if isinstance(status, str) else None
     if kind in (None, "NULL"):  # absent, or JSON null: as Python's details.get() sees it
         return Evidence(status, None, ())
     if kind != "ARRAY":
