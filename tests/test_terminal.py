@@ -196,6 +196,8 @@ def test_check_passes_on_a_correct_schema_with_a_select_only_user(agent_db, otlp
     assert "check passed with 0 warning(s)" in done.stdout
     assert "SELECT only" in done.stdout
     assert "pw-reader" not in done.stdout + done.stderr
+    # The select-only user can run the JSON functions the tool statement uses.
+    assert "✔ source.evidence_in_database: the database summarizes retrieval_details" in done.stdout
 
 
 def test_check_warns_about_a_user_that_can_write(agent_db, otlp, tmp_path):

@@ -49,6 +49,7 @@ def run_checks(config: Config) -> Iterator[Finding]:
     yield Finding(OK, "database", f"{source.describe()} reachable")
     try:
         yield from _check_columns(config, source)
+        yield from _check_evidence(source)
         yield from _check_indexes(source)
         yield from _check_privileges(source)
         yield from _check_timezone(config, source)
@@ -75,6 +76,17 @@ def _check_columns(config: Config, source: Source) -> Iterator[Finding]:
             yield Finding(FAIL, f"table {table}", f"missing column(s): {', '.join(missing)}")
         else:
             yield Finding(OK, f"table {table}", f"{len(columns)} columns run-otel reads are present")
+
+
+def _check_evidence(source: Source) -> Iterator[Finding]:
+    if not source.summarizes_evidence():
+        return
+    try:
+        source.probe_tool_select()
+    except SourceError as exc:
+        yield Finding(FAIL, "source.evidence_in_database", str(exc))
+        return
+    yield Finding(OK, "source.evidence_in_database", "the database summarizes retrieval_details; evidence text stays there")
 
 
 def _index_columns(source: Source, table: str) -> dict[str, tuple[str, ...]]:

@@ -122,6 +122,7 @@ def _session_timeouts(seconds: float):
 
 # Server errors that mean a statement hit the timeout rather than failed.
 _TIMEOUT_ERRORS = {1969: "max_statement_time", 3024: "max_execution_time", 1205: "lock_wait_timeout", 2013: "read timeout"}
+_NO_SUCH_FUNCTION = 1305  # MySQL/MariaDB: FUNCTION ... does not exist
 
 
 def _chunks(values: Sequence, size: int) -> Iterator[Sequence]:
@@ -156,6 +157,13 @@ class Source:
     def _summarize_evidence(self, content: ContentPolicy, source: SourceConfig) -> bool:
         return source.evidence_in_database and not content.capture and self.engine.dialect.name == "mysql"
 
+    def summarizes_evidence(self) -> bool:
+        return self._evidence_at is not None
+
+    def probe_tool_select(self) -> None:
+        """Runs the tool statement on no rows: the server then says whether it knows every function."""
+        self._fetch(self._tool_select.limit(0))
+
     def _tool_row(self, row) -> ToolRow:
         at = self._evidence_at
         if at is None:
@@ -176,6 +184,8 @@ class Source:
                     f"a statement ran past source.statement_timeout_seconds ({self._statement_timeout:g}s; "
                     f"{_TIMEOUT_ERRORS[code]}): is a table locked? {reason}"
                 )
+            elif code == _NO_SUCH_FUNCTION and self._evidence_at is not None:
+                reason = f"{reason}: this server has no JSON functions; set source.evidence_in_database = false"
             raise SourceError(f"database {self.describe()}: {reason}") from None
 
     # -- runs ---------------------------------------------------------------
