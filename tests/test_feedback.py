@@ -101,7 +101,7 @@ def feedback_total(port: int) -> float:
 def test_a_crash_before_the_ack_resends_the_feedback_and_counts_it_once(agent_db, tmp_path):
     receiver = Receiver()
     receiver.start()
-    traces = add_runs(agent_db, ["UTC_TIMESTAMP() - INTERVAL 10 MINUTE"] * 4)
+    add_runs(agent_db, ["UTC_TIMESTAMP() - INTERVAL 10 MINUTE"] * 4)
     set_old(agent_db)
     port = free_port()
     sections = bridge_sections(
