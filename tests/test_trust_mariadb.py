@@ -368,20 +368,3 @@ def test_caching_sha2_password_has_its_rsa_support():
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     public = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     assert len(_auth.sha2_rsa_encrypt(b"hunter2", b"x" * 20, public)) == 256
-
-
-def test_a_backfill_whose_reader_process_fails_exits_with_its_reason_in_one_line(agent_db, otlp, tmp_path):
-    # The backfill's second process reads the tool rows; lock them so that its read times out.
-    add_runs(agent_db, ["UTC_TIMESTAMP() - INTERVAL 10 MINUTE"] * 3)
-    conn = agent_db.server.root(agent_db.name)
-    with conn.cursor() as cur:
-        cur.execute("LOCK TABLES tool_invocation WRITE")
-    try:
-        config = config_file(agent_db, tmp_path, otlp, source={"statement_timeout_seconds": 2})
-        done = run_cli("backfill", "--config", config, "--since", "1d", timeout=60)
-    finally:
-        conn.close()
-    assert done.returncode == 1, done.stdout + done.stderr
-    (line,) = [ln for ln in done.stderr.splitlines() if ln.startswith("run-otel: error:")]
-    assert "source.statement_timeout_seconds (2s" in line and "is a table locked?" in line
-    assert not received_roots(otlp.receiver)  # nothing half-sent

@@ -139,7 +139,6 @@ def _backfill(config: Config, window: Window, ids: tuple, with_metrics: bool) ->
     from .backfill import order_warning, plan, where_to_find
     from .mapping import trace_id_for
     from .poller import PollResult
-    from .prefetch import prefetched_batches
     from .render import progress_bar
     from .wiring import build_poller, start_metrics
 
@@ -167,11 +166,8 @@ def _backfill(config: Config, window: Window, ids: tuple, with_metrics: bool) ->
                 rate = spans / max(time.monotonic() - started, 1e-9)
                 progress.update(task, completed=cursor - ids_plan.first_id + 1, rate=f"{rate:,.0f} spans/s")
 
-            # A second process reads while this one maps and sends: both cores at work.
-            batches = prefetched_batches(config, ids_plan.first_id, ids_plan.last_id, poller.stop_requested.is_set)
             total = poller.backfill(
-                ids_plan.first_id, ids_plan.last_id, advance, record_metrics=with_metrics, created_in=window.contains,
-                batches=batches,
+                ids_plan.first_id, ids_plan.last_id, advance, record_metrics=with_metrics, created_in=window.contains
             )
     click.echo(f"backfilled {total.run_count} runs ({total.spans} spans) {window.describe()} in {time.monotonic() - started:.1f}s")
     for line in where_to_find(first_trace, last_trace):

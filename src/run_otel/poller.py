@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from .checkpoint import Checkpoint, CheckpointStore
@@ -161,17 +161,10 @@ class Poller:
         self._record_backlog()
         return total
 
-    def export_runs(
-        self,
-        runs: Sequence[RunRow],
-        incomplete_ids: frozenset[int] | set[int] = frozenset(),
-        tools: dict[str, list[ToolRow]] | None = None,
-    ) -> PollResult:
-        """Maps and sends ``runs`` with their tools (read here unless given); raises ExportError
-        unless all were acked."""
+    def export_runs(self, runs: Sequence[RunRow], incomplete_ids: frozenset[int] | set[int] = frozenset()) -> PollResult:
+        """Maps and sends ``runs`` with their tools; raises ExportError unless all were acked."""
         result = PollResult()
-        if tools is None:
-            tools = self._source.tools_for(r.run_id for r in runs) if runs else {}
+        tools = self._source.tools_for(r.run_id for r in runs) if runs else {}
         mapped: list[tuple[ExportedRun, MappedRun]] = []
         for run in runs:
             run_tools = tools.get(run.run_id, [])
@@ -199,38 +192,28 @@ class Poller:
         on_batch: Callable[[PollResult, int], None] = lambda result, cursor: None,
         record_metrics: bool = False,
         created_in: Callable[[RunRow], bool] = lambda run: True,
-        batches: Iterable[tuple[list[RunRow], dict[str, list[ToolRow]]]] | None = None,
     ) -> PollResult:
         """Exports the finished runs with ids in [first_id, last_id] that ``created_in``
-        accepts; the checkpoint is not touched. ``batches`` are those runs with their tools
-        as another reader (a second process) reads them; by default they are read here."""
+        accepts; the checkpoint is not touched."""
         total = PollResult()
-        for runs, tools in (batches or self._batches(first_id, last_id)):
+        cursor = first_id - 1
+        while cursor < last_id and not self.stop_requested.is_set():
+            runs = self._source.runs_after(cursor, self._poll.batch_size, until_id=last_id)
+            if not runs:
+                break
             cursor = runs[-1].id
             now = self._clock()
             inside = [run for run in runs if created_in(run)]
             for run in inside:
                 self._note_unknown_status(run.status)
             ready = [r for r in inside if self._in_shard(r) and (is_terminal(r.status) or self._timed_out(r, now))]
-            result = self.export_runs(ready, {r.id for r in ready if not is_terminal(r.status)}, tools)
+            result = self.export_runs(ready, {r.id for r in ready if not is_terminal(r.status)})
             result.outside_window = len(runs) - len(inside)
             if record_metrics:
                 self._recorder.runs_exported(result, self._clock())
             total.add(result)
             on_batch(result, cursor)
-            if self.stop_requested.is_set():
-                break
         return total
-
-    def _batches(self, first_id: int, last_id: int) -> Iterator[tuple[list[RunRow], dict[str, list[ToolRow]]]]:
-        """[first_id, last_id] by primary key, a batch at a time, with their tool rows."""
-        cursor = first_id - 1
-        while cursor < last_id and not self.stop_requested.is_set():
-            runs = self._source.runs_after(cursor, self._poll.batch_size, until_id=last_id)
-            if not runs:
-                return
-            cursor = runs[-1].id
-            yield runs, self._source.tools_for(r.run_id for r in runs)
 
     # -- one batch ----------------------------------------------------------
 
