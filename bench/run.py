@@ -231,24 +231,45 @@ def measure_backfill(tmp: Path, url: str, receiver: CountingReceiver, server: Ma
 
 
 class PeakRss(threading.Thread):
-    """Follows one process's VmHWM (its own peak RSS) until it exits."""
+    """Follows a process and its children (backfill's reader process): the sum of their peak
+    RSS (VmHWM), an upper bound of what they held at once, until the process exits."""
 
     def __init__(self, pid: int):
         super().__init__(daemon=True)
         self.pid, self.kib = pid, 0
+        self._peaks: dict[int, int] = {}
 
     def run(self) -> None:
         status = Path(f"/proc/{self.pid}/status")
         while True:
             try:
-                for line in status.read_text().splitlines():
-                    if line.startswith("VmHWM:"):
-                        self.kib = max(self.kib, int(line.split()[1]))
+                if "State:\tZ" in status.read_text():
+                    return
             except (FileNotFoundError, ProcessLookupError):
                 return
-            if not status.exists() or "State:\tZ" in status.read_text():
-                return
+            for pid in (self.pid, *self._children()):
+                self._peaks[pid] = max(self._peaks.get(pid, 0), _vm_hwm_kib(pid))
+            self.kib = sum(self._peaks.values())
             time.sleep(0.1)
+
+    def _children(self) -> list[int]:
+        pids: list[int] = []
+        for task in Path(f"/proc/{self.pid}/task").glob("*/children"):
+            try:
+                pids += [int(p) for p in task.read_text().split()]
+            except (FileNotFoundError, ProcessLookupError):
+                pass
+        return pids
+
+
+def _vm_hwm_kib(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except (FileNotFoundError, ProcessLookupError):
+        pass
+    return 0
 
 
 def measure_sdk_baseline(url: str, receiver: CountingReceiver, batch_size: int = 500) -> dict:
