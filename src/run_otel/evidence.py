@@ -21,6 +21,8 @@ from typing import Any, NamedTuple
 from sqlalchemy import case, func, literal_column
 from sqlalchemy.sql.elements import ColumnElement
 
+from .memo import Memo
+
 
 class Evidence(NamedTuple):
     status: str | None  # evidence_status, when it is a string
@@ -78,16 +80,33 @@ def database_columns(details: ColumnElement) -> list[ColumnElement]:
     ]
 
 
-def from_database(values: Sequence[Any]) -> Evidence | str | None:
-    """The six values of :func:`database_columns` as Evidence, or the raw text of an unusual row."""
-    document_type, raw, status_json, kind, length, paths = values
-    if document_type != "OBJECT":
-        return raw  # NULL, or text Python must judge (not JSON, or not an object)
-    status = json.loads(status_json) if status_json is not None else None
-    status = status if isinstance(status, str) else None
-    if kind in (None, "NULL"):  # absent, or JSON null: as Python's details.get() sees it
-        return Evidence(status, None, ())
-    if kind != "ARRAY":
-        return Evidence(status, None, (), refs_not_a_list=True)
-    found = json.loads(paths) if paths else []
-    return Evidence(status, int(length), tuple(p for p in found if isinstance(p, str)))
+class DatabaseSummaries:
+    """Turns the six values of :func:`database_columns` into Evidence.
+
+    Statuses and raw_path lists repeat from row to row, so each distinct JSON text
+    is parsed once (the memo is bounded; its values are immutable)."""
+
+    def __init__(self, memo_size: int = 4096):
+        self._status = Memo(_status_from_json, memo_size)
+        self._paths = Memo(_paths_from_json, memo_size)
+
+    def evidence(self, values: Sequence[Any]) -> Evidence | str | None:
+        """Evidence, or the raw text of an unusual row for the Python path to judge."""
+        document_type, raw, status_json, kind, length, paths = values
+        if document_type != "OBJECT":
+            return raw  # NULL, or text Python must judge (not JSON, or not an object)
+        status = self._status(status_json) if status_json is not None else None
+        if kind in (None, "NULL"):  # absent, or JSON null: as Python's details.get() sees it
+            return Evidence(status, None, ())
+        if kind != "ARRAY":
+            return Evidence(status, None, (), refs_not_a_list=True)
+        return Evidence(status, int(length), self._paths(paths) if paths else ())
+
+
+def _status_from_json(text: str) -> str | None:
+    status = json.loads(text)
+    return status if isinstance(status, str) else None
+
+
+def _paths_from_json(text: str) -> tuple[str, ...]:
+    return tuple(p for p in json.loads(text) if isinstance(p, str))

@@ -20,6 +20,7 @@ from .clock import SourceClock
 from .config import Config
 from .content import ContentPolicy
 from .evidence import Evidence, summarize
+from .memo import Memo
 from .rows import RELEVANCE_LEVELS, RETRIEVAL_LAYERS, FeedbackRow, RunRow, ToolRow
 
 AttrValue = str | bool | int | float | tuple[str, ...]
@@ -35,6 +36,8 @@ _NS_PER_MS = 1_000_000
 # A duration beyond a day is a broken row, not a slow call: treat it as absent
 # so one bad value does not stretch a trace over weeks.
 MAX_DURATION_MS = 86_400_000
+# Longer error messages are redacted every time rather than held as memo keys.
+_MEMO_MAX_CHARS = 1024
 
 
 class SpanData(NamedTuple):
@@ -114,6 +117,8 @@ class Mapper:
         self._anchor_start = config.trace.tool_time_anchor == "start"
         self._cap = config.trace.max_spans_per_trace
         self._content = content or ContentPolicy.build(config.content, config.trace.conventions)
+        # Error messages repeat (the same timeout across thousands of calls): redact each once.
+        self._error_texts = Memo(self._content.error_text, 1024)
 
     # -- user feedback ----------------------------------------------------------
 
@@ -251,7 +256,7 @@ class Mapper:
         start_ns, end_ns = (at_ns, at_ns + length_ns) if self._anchor_start else (at_ns - length_ns, at_ns)
         status: dict[str, Any] = {}
         if tool.success is False:
-            status = {"status_code": STATUS_ERROR, "status_message": self._content.error_text(tool.error_message)}
+            status = {"status_code": STATUS_ERROR, "status_message": self._error_text(tool.error_message)}
         return SpanData(
             trace_id=trace_id,
             span_id=tool_span_id_for(run.run_id, tool.id),
@@ -262,6 +267,11 @@ class Mapper:
             attributes=self._tool_attributes(run, tool, duration, warnings),
             **status,
         )
+
+    def _error_text(self, message: str | None) -> str:
+        if message is not None and len(message) <= _MEMO_MAX_CHARS:
+            return self._error_texts(message)
+        return self._content.error_text(message)
 
     def _tool_attributes(self, run: RunRow, tool: ToolRow, duration_ms: int | None, warnings: list[str]) -> tuple:
         attrs: list[tuple[str, AttrValue]] = [(A.GEN_AI_OPERATION_NAME, A.OPERATION_EXECUTE_TOOL)]

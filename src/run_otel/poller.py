@@ -20,6 +20,7 @@ from .config import Config
 from .encoding import FastEncoder
 from .export import Ack, Sink
 from .mapping import MappedRun, Mapper, shard_of
+from .readahead import ReadAhead
 from .rows import TERMINAL_STATUSES, FeedbackRow, RunRow, ToolRow, is_terminal
 from .source import Source, SourceError
 from .transitions import Rules, advance, classify, expire_gaps, initial_checkpoint, timed_out
@@ -66,6 +67,16 @@ class PollResult:
         self.outside_window += other.outside_window
         self.pending, self.gaps, self.full_batch = other.pending, other.gaps, other.full_batch
         self.next_settle_at = other.next_settle_at
+
+
+@dataclass(frozen=True)
+class _BackfillBatch:
+    cursor: int  # the last run id read
+    inside: list[RunRow]  # the runs created inside the window
+    ready: list[RunRow]  # of those, this shard's finished or timed-out runs
+    incomplete: set[int]
+    tools: dict[str, list[ToolRow]]
+    outside_window: int
 
 
 class Recorder:
@@ -161,10 +172,17 @@ class Poller:
         self._record_backlog()
         return total
 
-    def export_runs(self, runs: Sequence[RunRow], incomplete_ids: frozenset[int] | set[int] = frozenset()) -> PollResult:
-        """Maps and sends ``runs`` with their tools; raises ExportError unless all were acked."""
+    def export_runs(
+        self,
+        runs: Sequence[RunRow],
+        incomplete_ids: frozenset[int] | set[int] = frozenset(),
+        tools: dict[str, list[ToolRow]] | None = None,
+    ) -> PollResult:
+        """Maps and sends ``runs`` with their tools (read here unless given); raises
+        ExportError unless all were acked."""
         result = PollResult()
-        tools = self._source.tools_for(r.run_id for r in runs) if runs else {}
+        if tools is None:
+            tools = self._source.tools_for(r.run_id for r in runs) if runs else {}
         mapped: list[tuple[ExportedRun, MappedRun]] = []
         for run in runs:
             run_tools = tools.get(run.run_id, [])
@@ -194,26 +212,37 @@ class Poller:
         created_in: Callable[[RunRow], bool] = lambda run: True,
     ) -> PollResult:
         """Exports the finished runs with ids in [first_id, last_id] that ``created_in``
-        accepts; the checkpoint is not touched."""
+        accepts; the checkpoint is not touched. The next batch is read while this one
+        is mapped and sent."""
         total = PollResult()
+        with ReadAhead(self._backfill_batches(first_id, last_id, created_in)) as batches:
+            for batch in batches:
+                for run in batch.inside:
+                    self._note_unknown_status(run.status)
+                result = self.export_runs(batch.ready, batch.incomplete, batch.tools)
+                result.outside_window = batch.outside_window
+                if record_metrics:
+                    self._recorder.runs_exported(result, self._clock())
+                total.add(result)
+                on_batch(result, batch.cursor)
+        return total
+
+    def _backfill_batches(
+        self, first_id: int, last_id: int, created_in: Callable[[RunRow], bool]
+    ) -> Iterator[_BackfillBatch]:
+        """The id range's batches with their tool rows: pure reads, run in the read-ahead thread."""
         cursor = first_id - 1
         while cursor < last_id and not self.stop_requested.is_set():
             runs = self._source.runs_after(cursor, self._poll.batch_size, until_id=last_id)
             if not runs:
-                break
+                return
             cursor = runs[-1].id
             now = self._clock()
             inside = [run for run in runs if created_in(run)]
-            for run in inside:
-                self._note_unknown_status(run.status)
             ready = [r for r in inside if self._in_shard(r) and (is_terminal(r.status) or self._timed_out(r, now))]
-            result = self.export_runs(ready, {r.id for r in ready if not is_terminal(r.status)})
-            result.outside_window = len(runs) - len(inside)
-            if record_metrics:
-                self._recorder.runs_exported(result, self._clock())
-            total.add(result)
-            on_batch(result, cursor)
-        return total
+            tools = self._source.tools_for(r.run_id for r in ready) if ready else {}
+            incomplete = {r.id for r in ready if not is_terminal(r.status)}
+            yield _BackfillBatch(cursor, inside, ready, incomplete, tools, len(runs) - len(inside))
 
     # -- one batch ----------------------------------------------------------
 

@@ -21,7 +21,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from .clock import ClockSample, SourceClock
 from .config import VERIFYING_TLS_MODES, Config, SourceConfig
 from .content import RUN_CONTENT_COLUMNS, TOOL_CONTENT_COLUMNS, ContentPolicy
-from .evidence import DATABASE_COLUMN_COUNT, database_columns, from_database
+from .evidence import DATABASE_COLUMN_COUNT, DatabaseSummaries, database_columns
 from .rows import TERMINAL_STATUSES, FeedbackRow, RunRow, ToolRow
 from .schema import diagnosis_run, tool_invocation
 
@@ -73,6 +73,8 @@ def _mysql_source_args(url: URL, source: SourceConfig) -> dict:
     # backstop for a server that stops answering altogether.
     backstop = int(source.statement_timeout_seconds) + 10
     args: dict = {"read_timeout": backstop, "write_timeout": backstop}
+    if url.get_driver_name() == "mysqlconnector":
+        return args
     args.update(_pymysql_tls(source) if url.get_driver_name() == "pymysql" else _mysqlclient_tls(source))
     return args
 
@@ -150,6 +152,7 @@ class Source:
             at = self._evidence_at
             columns[at : at + 1] = database_columns(tool_invocation.c.retrieval_details)
         self._tool_select = select(*columns)
+        self._summaries = DatabaseSummaries()
 
     def describe(self) -> str:
         return safe_url(self._url)
@@ -168,7 +171,7 @@ class Source:
         at = self._evidence_at
         if at is None:
             return ToolRow(*row)
-        summary = from_database(row[at : at + DATABASE_COLUMN_COUNT])
+        summary = self._summaries.evidence(row[at : at + DATABASE_COLUMN_COUNT])
         values = [*row[:at], summary, *row[at + DATABASE_COLUMN_COUNT :]]
         return ToolRow(*values)
 
