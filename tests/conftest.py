@@ -18,6 +18,13 @@ from run_otel.source import make_engine
 
 _counter = itertools.count()
 
+# The drivers the suite runs on MariaDB: PyMySQL, and mysql-connector-python's C extension.
+DRIVERS = ("pymysql", "mysqlconnector")
+
+
+def with_driver(url: str, driver: str) -> str:
+    return url.replace("mysql+pymysql://", f"mysql+{driver}://")
+
 
 @pytest.fixture(scope="session")
 def mariadb(tmp_path_factory):

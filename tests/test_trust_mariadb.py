@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from conftest import DaemonProcess, bridge_sections, received_roots, run_cli, write_config
+from conftest import DRIVERS, DaemonProcess, bridge_sections, received_roots, run_cli, with_driver, write_config
 from servers import MariaDB, free_port, wait_for
 
 # -- helpers ---------------------------------------------------------------------------
@@ -215,8 +215,9 @@ def locked(agent_db):
     conn.close()
 
 
-def test_a_locked_table_fails_the_poll_with_a_clear_line(agent_db, otlp, tmp_path, locked):
-    config = config_file(agent_db, tmp_path, otlp, source={"statement_timeout_seconds": 2})
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_a_locked_table_fails_the_poll_with_a_clear_line(agent_db, otlp, tmp_path, locked, driver):
+    config = config_file(agent_db, tmp_path, otlp, source={"statement_timeout_seconds": 2, "url": with_driver(agent_db.url, driver)})
     started = time.monotonic()
     done = run_cli("once", "--config", config, timeout=60)
     took = time.monotonic() - started
@@ -311,17 +312,19 @@ def tls_mariadb(tmp_path):
     server.stop()
 
 
-def test_tls_to_a_server_that_requires_it(tls_mariadb, otlp, tmp_path):
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_tls_to_a_server_that_requires_it(tls_mariadb, otlp, tmp_path, driver):
     from conftest import AgentDb
 
     server, pki = tls_mariadb
     db = AgentDb(server, "agent_tls", server.create_database("agent_tls"))
+    url = with_driver(db.url, driver)
     traces = add_runs(db, ["UTC_TIMESTAMP() - INTERVAL 1 MINUTE"] * 2)
     # The precondition: a plain connection is refused.
-    plain = run_cli("once", "--config", config_file(db, tmp_path, otlp, source={"tls_mode": "disabled"}))
+    plain = run_cli("once", "--config", config_file(db, tmp_path, otlp, source={"tls_mode": "disabled", "url": url}))
     # MariaDB answers a plain connection with "Access denied" under require_secure_transport.
     assert plain.returncode == 1 and ("insecure transport" in plain.stderr or "Access denied" in plain.stderr), plain.stderr
-    secured = config_file(db, tmp_path, otlp, source={"tls_mode": "verify_identity", "tls_ca": str(pki["ca"])})
+    secured = config_file(db, tmp_path, otlp, source={"tls_mode": "verify_identity", "tls_ca": str(pki["ca"]), "url": url})
     done = run_cli("once", "--config", secured)
     assert done.returncode == 0, done.stderr
     wait_for(lambda: received_roots(otlp.receiver) >= set(traces), 30, "the runs over TLS")
@@ -329,16 +332,39 @@ def test_tls_to_a_server_that_requires_it(tls_mariadb, otlp, tmp_path):
     assert check.returncode == 0, check.stdout
 
 
-def test_tls_verification_rejects_a_foreign_ca(tls_mariadb, otlp, tmp_path):
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_tls_verification_rejects_a_foreign_ca(tls_mariadb, otlp, tmp_path, driver):
     from conftest import AgentDb
 
     server, _pki = tls_mariadb
     db = AgentDb(server, "agent_tls2", server.create_database("agent_tls2"))
     (tmp_path / "other").mkdir()
     other = _write_pki(tmp_path / "other")
-    done = run_cli("once", "--config", config_file(db, tmp_path, otlp, source={"tls_mode": "verify_ca", "tls_ca": str(other["ca"])}))
+    source = {"tls_mode": "verify_ca", "tls_ca": str(other["ca"]), "url": with_driver(db.url, driver)}
+    done = run_cli("once", "--config", config_file(db, tmp_path, otlp, source=source))
     assert done.returncode == 1
-    assert "certificate verify failed" in done.stderr.lower(), done.stderr
+    # PyMySQL names the failure; the C driver passes on OpenSSL's words, and run-otel says what they mean.
+    expected = "certificate verify failed" if driver == "pymysql" else "the tls handshake failed; does source.tls_ca sign"
+    assert expected in done.stderr.lower(), done.stderr
+
+
+def test_required_tls_is_enforced_where_the_driver_would_fall_back_to_plain_text(agent_db, otlp, tmp_path):
+    import mysql.connector
+
+    add_runs(agent_db, ["UTC_TIMESTAMP() - INTERVAL 1 MINUTE"])
+    # The precondition: this server has no TLS, and mysql-connector-python with TLS
+    # enabled quietly connects in plain text.
+    conn = mysql.connector.connect(host="127.0.0.1", port=agent_db.server.port, user="root",
+                                   password=agent_db.server.ROOT_PASSWORD, ssl_disabled=False)
+    cursor = conn.cursor()
+    cursor.execute("SHOW SESSION STATUS LIKE 'Ssl_cipher'")
+    assert cursor.fetchone()[1] == ""
+    conn.close()
+    source = {"tls_mode": "required", "url": with_driver(agent_db.url, "mysqlconnector")}
+    done = run_cli("once", "--config", config_file(agent_db, tmp_path, otlp, source=source))
+    assert done.returncode == 1
+    assert "source.tls_mode = required, but the session is not encrypted" in done.stderr, done.stderr
+    assert not otlp.receiver.spans()
 
 
 def test_a_missing_tls_file_is_a_config_error(tmp_path):

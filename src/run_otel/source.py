@@ -62,10 +62,24 @@ def make_engine(url: URL, connect_timeout: float = 10.0, source: SourceConfig | 
             connect_args.update(_mysql_source_args(url, source))
     elif url.get_backend_name() == "sqlite" and source is not None:
         connect_args = {"timeout": source.statement_timeout_seconds}
+    if url.get_driver_name() == "mysqlconnector":
+        _warn_without_c_extension()
     engine = create_engine(url, pool_pre_ping=True, connect_args=connect_args, **kwargs)
     if url.get_backend_name() == "mysql" and source is not None:
-        event.listen(engine, "connect", _session_timeouts(source.statement_timeout_seconds))
+        event.listen(engine, "connect", _session_setup(source))
     return engine
+
+
+def _warn_without_c_extension() -> None:
+    """mysql-connector-python quietly runs in pure Python when its C extension does not
+    load, several times slower than PyMySQL; say so once, where the engine is built."""
+    import mysql.connector
+
+    if not mysql.connector.HAVE_CEXT:
+        log.warning(
+            "mysql-connector-python's C extension did not load, so it runs in pure Python, slower than "
+            "PyMySQL: use a mysql+pymysql:// URL, or a mysql-connector-python release built for this system's OpenSSL"
+        )
 
 
 def _mysql_source_args(url: URL, source: SourceConfig) -> dict:
@@ -73,9 +87,7 @@ def _mysql_source_args(url: URL, source: SourceConfig) -> dict:
     # backstop for a server that stops answering altogether.
     backstop = int(source.statement_timeout_seconds) + 10
     args: dict = {"read_timeout": backstop, "write_timeout": backstop}
-    if url.get_driver_name() == "mysqlconnector":
-        return args
-    args.update(_pymysql_tls(source) if url.get_driver_name() == "pymysql" else _mysqlclient_tls(source))
+    args.update(_TLS_ARGS.get(url.get_driver_name(), _mysqlclient_tls)(source))
     return args
 
 
@@ -104,10 +116,30 @@ def _mysqlclient_tls(source: SourceConfig) -> dict:
     return args
 
 
-def _session_timeouts(seconds: float):
+def _mysqlconnector_tls(source: SourceConfig) -> dict:
+    """mysql-connector-python's form. It has no "required" of its own: with TLS not
+    disabled it falls back to plain text, so the session check below enforces it."""
+    if source.tls_mode == "disabled":
+        return {"ssl_disabled": True}
+    files = {"ssl_ca": source.tls_ca, "ssl_cert": source.tls_cert, "ssl_key": source.tls_key}
+    args: dict = {k: v for k, v in files.items() if v}
+    if source.tls_mode in VERIFYING_TLS_MODES:
+        args["ssl_verify_cert"] = True
+        args["ssl_verify_identity"] = source.tls_mode == "verify_identity"
+    return args
+
+
+_TLS_ARGS = {"pymysql": _pymysql_tls, "mysqldb": _mysqlclient_tls, "mysqlconnector": _mysqlconnector_tls}
+
+
+def _session_setup(source: SourceConfig):
     """Per-session limits: MariaDB's max_statement_time, MySQL's max_execution_time,
-    and lock_wait_timeout for metadata locks (LOCK TABLES, ALTER TABLE) on both."""
+    and lock_wait_timeout for metadata locks (LOCK TABLES, ALTER TABLE) on both.
+    Where TLS is required, the session must really be encrypted: a driver that falls
+    back to plain text is refused here, whatever its own settings did."""
+    seconds = source.statement_timeout_seconds
     whole = max(1, int(seconds))
+    tls_required = source.tls_mode not in ("disabled", "preferred")
 
     def on_connect(dbapi_connection, _record) -> None:
         cursor = dbapi_connection.cursor()
@@ -116,6 +148,11 @@ def _session_timeouts(seconds: float):
             mariadb = "mariadb" in str(cursor.fetchone()[0]).lower()
             limit = f"max_statement_time = {seconds:g}" if mariadb else f"max_execution_time = {int(seconds * 1000)}"
             cursor.execute(f"SET SESSION {limit}, SESSION lock_wait_timeout = {whole}")
+            if tls_required:
+                cursor.execute("SHOW SESSION STATUS LIKE 'Ssl_cipher'")
+                row = cursor.fetchone()
+                if not row or not row[1]:
+                    raise SourceError(f"source.tls_mode = {source.tls_mode}, but the session is not encrypted")
         finally:
             cursor.close()
 
@@ -125,6 +162,7 @@ def _session_timeouts(seconds: float):
 # Server errors that mean a statement hit the timeout rather than failed.
 _TIMEOUT_ERRORS = {1969: "max_statement_time", 3024: "max_execution_time", 1205: "lock_wait_timeout", 2013: "read timeout"}
 _NO_SUCH_FUNCTION = 1305  # MySQL/MariaDB: FUNCTION ... does not exist
+_TLS_FAILED = 2026  # the client's "SSL connection error", often with only OpenSSL's own words
 
 
 def _chunks(values: Sequence, size: int) -> Iterator[Sequence]:
@@ -187,6 +225,8 @@ class Source:
                     f"a statement ran past source.statement_timeout_seconds ({self._statement_timeout:g}s; "
                     f"{_TIMEOUT_ERRORS[code]}): is a table locked? {reason}"
                 )
+            elif code == _TLS_FAILED:
+                reason = f"{reason}: the TLS handshake failed; does source.tls_ca sign the server's certificate?"
             elif code == _NO_SUCH_FUNCTION and self._evidence_at is not None:
                 reason = f"{reason}: this server has no JSON functions; set source.evidence_in_database = false"
             raise SourceError(f"database {self.describe()}: {reason}") from None

@@ -1,0 +1,94 @@
+"""mysql-connector-python's C extension beside PyMySQL on real MariaDB: the same rows give
+byte-identical spans and the same warnings, with and without content capture and with the
+evidence summarized by the database or parsed here. The bad-row corpus is part of the rows."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from conftest import with_driver
+from test_bad_rows import seed_corpus
+
+from run_otel.config import build_config
+from run_otel.encoding import FastEncoder
+from run_otel.mapping import Mapper
+from run_otel.source import Source
+
+
+def _seed_usual_runs(agent_db, runs: int = 40) -> None:
+    conn = agent_db.server.root(agent_db.name)
+    with conn.cursor() as cur:
+        cur.execute(
+            f"""INSERT INTO diagnosis_run (run_id, session_id, query, answer, status, intent, release_outcome, agent_flow,
+                    total_duration_ms, total_token_count, step_count, tool_call_count, feedback, created_at, updated_at)
+                SELECT CONCAT('run-', LPAD(HEX(seq), 8, '0'), '-0000-4000-8000-', LPAD(HEX(seq), 12, '0')), CONCAT('s', seq % 3),
+                       'why is the disk full 🔥', 'rotate logs', ELT(1 + seq % 4, 'FAILED', 'FALLBACK', 'SUCCESS', 'CANCELLED'),
+                       'DIAGNOSIS', 'SUCCESS', 'CHAT_HARNESS', 9000, 4200, 5, 4, IF(seq % 5 = 0, 'UP', NULL),
+                       UTC_TIMESTAMP() - INTERVAL 1 HOUR, UTC_TIMESTAMP() - INTERVAL 59 MINUTE
+                FROM seq_1_to_{runs}"""
+        )
+        cur.execute(
+            """INSERT INTO tool_invocation (session_id, run_id, step_id, tool_name, input_params, output_preview, output_length,
+                    retrieval_layer, l0_match_count, l1_match_count, is_truncated, relevance_level, retrieval_details,
+                    duration_ms, success, error_message, created_at)
+                SELECT r.session_id, r.run_id, t.seq, ELT(t.seq, 'lookup_knowledge', 'query_logs', 'query_metrics', 'search_runbook'),
+                       '{"q": "磁盘"}', 'preview password=hunter2', 2048, IF(t.seq % 2 = 0, 'L0+L1', NULL), 3, 2, t.seq % 2,
+                       'PRECISE', '{"evidence_status":"supported","evidence_refs":[{"raw_path":"$.logs[0]","text":"disk 98%"}]}',
+                       180, IF(t.seq = 3, 0, 1), IF(t.seq = 3, 'timeout after 30000 ms', NULL), r.created_at + INTERVAL t.seq SECOND
+                FROM diagnosis_run r JOIN seq_1_to_4 t"""
+        )
+    conn.close()
+
+
+def _spans_and_warnings(url: str, **source) -> tuple[list[bytes], list[str], str]:
+    config = build_config({"source": {"url": url, **source.pop("source", {})}, **source})
+    reader, mapper, encoder = Source(config), Mapper(config), FastEncoder({})
+    driver = type(reader.engine.raw_connection().driver_connection).__name__
+    runs = reader.runs_after(0, 10_000)
+    tools = reader.tools_for(r.run_id for r in runs)
+    spans: list[bytes] = []
+    warnings: list[str] = []
+    for run in runs:
+        mapped = mapper.map_run(run, tools[run.run_id])
+        spans += [encoder.span(s) for s in mapped.spans]
+        warnings += mapped.warnings
+    reader.close()
+    return spans, warnings, driver
+
+
+@pytest.mark.parametrize("capture", [False, True], ids=["capture off", "capture on"])
+@pytest.mark.parametrize("in_database", [True, False], ids=["evidence in the database", "evidence parsed here"])
+def test_the_c_driver_maps_every_row_to_the_same_bytes_as_pymysql(agent_db, capture, in_database):
+    _seed_usual_runs(agent_db)
+    seed_corpus(agent_db)
+    settings = {"source": {"evidence_in_database": in_database}, "content": {"capture": capture},
+                "trace": {"conventions": ["gen_ai", "openinference"]}}
+    reference, reference_warnings, _ = _spans_and_warnings(agent_db.url, **settings)
+    spans, warnings, driver = _spans_and_warnings(with_driver(agent_db.url, "mysqlconnector"), **settings)
+    # The precondition: the C extension really read the rows, not the pure-Python fallback.
+    assert driver == "CMySQLConnection"
+    assert len(reference) > 1000 and reference_warnings
+    assert warnings == reference_warnings
+    assert spans == reference
+
+
+def test_a_c_driver_that_did_not_load_is_named_in_a_warning():
+    # Phoenix's pytest plugin uses up glibc's static TLS space, so the C extension then
+    # fails to load: a real case of the quiet fall-back to pure Python.
+    program = (
+        "import logging, phoenix.client.pytest.plugin, mysql.connector\n"
+        "assert not mysql.connector.HAVE_CEXT\n"
+        "logging.basicConfig(level=logging.WARNING)\n"
+        "from sqlalchemy.engine import make_url\n"
+        "from run_otel.source import make_engine\n"
+        "make_engine(make_url('mysql+mysqlconnector://u:p@127.0.0.1:1/d'))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "C extension did not load, so it runs in pure Python" in done.stderr
+    # The control: in a plain process it loads, and nothing is said.
+    done = subprocess.run([sys.executable, "-c", program.replace("phoenix.client.pytest.plugin, ", "").replace("assert not", "assert")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "C extension" not in done.stderr, done.stderr
