@@ -19,6 +19,7 @@ from .clock import SourceClock, zone_finding
 from .config import Config
 from .encoding import FastEncoder
 from .export import Ack, Sink
+from .gcpolicy import BatchCollection
 from .mapping import MappedRun, Mapper, shard_of
 from .readahead import ReadAhead
 from .rows import TERMINAL_STATUSES, FeedbackRow, RunRow, ToolRow, is_terminal
@@ -215,7 +216,7 @@ class Poller:
         accepts; the checkpoint is not touched. The next batch is read while this one
         is mapped and sent."""
         total = PollResult()
-        with ReadAhead(self._backfill_batches(first_id, last_id, created_in)) as batches:
+        with BatchCollection() as collection, ReadAhead(self._backfill_batches(first_id, last_id, created_in)) as batches:
             for batch in batches:
                 for run in batch.inside:
                     self._note_unknown_status(run.status)
@@ -225,6 +226,7 @@ class Poller:
                     self._recorder.runs_exported(result, self._clock())
                 total.add(result)
                 on_batch(result, batch.cursor)
+                collection.after_batch()
         return total
 
     def _backfill_batches(

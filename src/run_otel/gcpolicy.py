@@ -1,0 +1,39 @@
+"""Garbage collection between batches, not in the middle of them.
+
+A batch allocates tens of thousands of short-lived rows, spans and encoded
+bytes. Reference counting frees them; the cyclic collector only rescans them,
+and its full passes walk every long-lived object of the process (SQLAlchemy,
+gRPC, protobuf), which cost a quarter of a backfill's time. So the objects
+alive after start-up are frozen out of the collector's view, automatic passes
+are off while batches run, and a young-generation pass runs after each batch,
+with a full pass every ``full_every`` batches so cyclic garbage stays bounded.
+"""
+
+from __future__ import annotations
+
+import gc
+from types import TracebackType
+
+
+class BatchCollection:
+    """A ``with`` block in which the collector runs only at ``after_batch``."""
+
+    def __init__(self, full_every: int = 20):
+        self._full_every = full_every
+        self._batches = 0
+        self._was_enabled = False
+
+    def __enter__(self) -> BatchCollection:
+        self._was_enabled = gc.isenabled()
+        gc.disable()
+        gc.freeze()
+        return self
+
+    def after_batch(self) -> None:
+        self._batches += 1
+        gc.collect(2 if self._batches % self._full_every == 0 else 0)
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
+        gc.unfreeze()
+        if self._was_enabled:
+            gc.enable()
