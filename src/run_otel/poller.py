@@ -158,13 +158,15 @@ class Poller:
         started = self._clock()
         total = PollResult()
         try:
-            while True:
-                self.progress_at = time.monotonic()
-                result = self._poll_batch()
-                self.progress_at = time.monotonic()
-                total.add(result)
-                if not result.full_batch or self.stop_requested.is_set() or not self._keep_going():
-                    break
+            with BatchCollection() as collection:
+                while True:
+                    self.progress_at = time.monotonic()
+                    result = self._poll_batch()
+                    self.progress_at = time.monotonic()
+                    total.add(result)
+                    if not result.full_batch or self.stop_requested.is_set() or not self._keep_going():
+                        break
+                    collection.after_batch()
         except Exception:
             self._recorder.poll_finished(self._clock() - started, ok=False, pending=total.pending)
             self._record_backlog()  # an outage is when the backlog matters most
