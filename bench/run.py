@@ -6,14 +6,18 @@
 It starts its own MariaDB (Debian's mariadb-server, as the tests do) and an
 OTLP/gRPC receiver in a separate process that only counts spans, then reports:
 
-1. backfill: `run-otel backfill` end to end, spans/s and peak RSS;
-2. sdk-baseline: the same rows and mapping, sent as ReadableSpans through the
+1. backfill: `run-otel backfill` end to end, spans/s and peak RSS, with PyMySQL
+   and with mysql-connector-python's C extension (and mysqlclient when installed);
+2. user-script: bench/user_script.py, the plain script a user would write instead;
+3. sdk-baseline: the same rows and mapping, sent as ReadableSpans through the
    SDK's OTLP encoder and gRPC exporter;
-3. raw-read: the same rows and columns read with the same driver, no mapping;
-4. idle poll: a poll that finds nothing, on a 10k-row and a 1M-row table;
-5. delay: p50/p95 from a run turning terminal to the receiver's ack, under a
+4. raw-read: the same rows and columns read with each driver, no mapping;
+5. 1 KB evidence: bytes the database sends per span, evidence summarized by the
+   database or parsed in run-otel, and the speed of each;
+6. idle poll: a poll that finds nothing, on a 10k-row and a 1M-row table;
+7. delay: p50/p95 from a run turning terminal to the receiver's ack, under a
    live load of 50 runs/s, at the default poll settings;
-6. feedback pass: one recheck of user feedback on a 1M-row table holding 30
+8. feedback pass: one recheck of user feedback on a 1M-row table holding 30
    days of runs (1 in 20 rated), for a one-day and a seven-day window.
 
 Medians over --reps repetitions, and ratios, because the machine is noisy.
