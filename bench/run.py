@@ -208,12 +208,20 @@ def server_bytes_sent(server: MariaDB) -> int:
     return value
 
 
+def server_cpu_seconds(server: MariaDB) -> float:
+    """The database process's user + system CPU time so far."""
+    assert server.process is not None
+    fields = Path(f"/proc/{server.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def measure_backfill(tmp: Path, url: str, receiver: CountingReceiver, server: MariaDB | None = None, **config_extra) -> dict:
     """`run-otel backfill` as a user runs it; spans/s from the receiver's count, peak RSS of the child,
-    and (with ``server``) the bytes the database sent per exported span."""
+    and (with ``server``) the bytes the database sent and the CPU it spent per exported span."""
     receiver.reset()
     config = _config_file(tmp, url, receiver.endpoint, **config_extra)
     sent_before = server_bytes_sent(server) if server else 0
+    cpu_before = server_cpu_seconds(server) if server else 0.0
     started = time.perf_counter()
     process = subprocess.Popen(
         [sys.executable, "-m", "run_otel.cli", "backfill", "--since", "2000-01-01", "--config", str(config)],
@@ -231,6 +239,7 @@ def measure_backfill(tmp: Path, url: str, receiver: CountingReceiver, server: Ma
            "peak_rss_mib": peak.kib / 1024}
     if server:
         out["db_bytes_per_span"] = (server_bytes_sent(server) - sent_before) / receiver.counter.value
+        out["db_cpu_us_per_span"] = (server_cpu_seconds(server) - cpu_before) / receiver.counter.value * 1e6
     return out
 
 
@@ -572,6 +581,7 @@ def main() -> None:
                     name: {
                         "spans_per_s": statistics.median(r["spans_per_s"] for r in runs),
                         "db_bytes_per_span": statistics.median(r["db_bytes_per_span"] for r in runs),
+                        "db_cpu_us_per_span": statistics.median(r["db_cpu_us_per_span"] for r in runs),
                     }
                     for name, runs in (("in_database", by_path[True]), ("parsed_here", by_path[False]))
                 }
@@ -620,9 +630,9 @@ def print_table(results: dict) -> None:
         kb, ratios = results["kb_evidence"], results["ratios"]
         rows += [
             ("1 KB evidence, JSON in the database", f"{kb['in_database']['spans_per_s']:,.0f} spans/s",
-             f"{kb['in_database']['db_bytes_per_span']:,.0f} bytes read per span"),
+             f"{kb['in_database']['db_bytes_per_span']:,.0f} bytes read, {kb['in_database']['db_cpu_us_per_span']:.1f} us database CPU per span"),
             ("1 KB evidence, parsed in run-otel", f"{kb['parsed_here']['spans_per_s']:,.0f} spans/s",
-             f"{kb['parsed_here']['db_bytes_per_span']:,.0f} bytes read per span"),
+             f"{kb['parsed_here']['db_bytes_per_span']:,.0f} bytes read, {kb['parsed_here']['db_cpu_us_per_span']:.1f} us database CPU per span"),
             ("bytes read, parsed / in the database", f"{ratios['kb_bytes_parsed_vs_in_database']:.1f}x", "target >= 5x"),
             ("speed, in the database / parsed", f"{ratios['kb_speed_in_database_vs_parsed']:.2f}x", ""),
         ]

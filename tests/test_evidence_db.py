@@ -63,7 +63,7 @@ def insert_tools(agent_db, details: list[str | None]) -> str:
 @given(details=st.lists(COLUMN, min_size=40, max_size=60))
 def test_the_database_summary_maps_to_the_same_spans_and_warnings_as_parsing(agent_db, details):
     run_id = insert_tools(agent_db, details)
-    off = build_config({"source": {"url": agent_db.url}})
+    off = build_config({"source": {"url": agent_db.url, "evidence_in_database": True}})
     summarized = Source(off).tools_for([run_id])[run_id]
     assert len(summarized) == len(details)
     # The precondition: the database really summarized rows (the usual ones), and only objects.
@@ -109,5 +109,5 @@ def test_with_capture_off_the_evidence_text_never_leaves_the_database(agent_db):
     assert "MARK-EVIDENCE" not in repr(read[True])
     assert read[True][0].retrieval_details == Evidence("supported", 1, ("$.docs[0]",))
     # With capture on, the text is wanted (rag.evidence.refs), so the column is read.
-    on = build_config({"source": {"url": agent_db.url}, "content": {"capture": True}})
+    on = build_config({"source": {"url": agent_db.url, "evidence_in_database": True}, "content": {"capture": True}})
     assert "MARK-EVIDENCE" in repr(Source(on).tools_for([run_id])[run_id])

@@ -171,7 +171,7 @@ def test_show_an_unknown_run(demo_db, tmp_path):
 
 
 def check(agent_db, tmp_path, otlp_endpoint: str, url: str | None = None):
-    sections = bridge_sections(agent_db, tmp_path, otlp_endpoint)
+    sections = bridge_sections(agent_db, tmp_path, otlp_endpoint, source={"evidence_in_database": True})
     if url:
         sections["source"]["url"] = url
     return run_cli("check", "--config", str(write_config(tmp_path / "check.toml", sections)))

@@ -45,7 +45,8 @@ class SourceConfig:
     tls_ca: str = ""
     tls_cert: str = ""
     tls_key: str = ""
-    evidence_in_database: bool = True
+    # Off by default: the JSON functions cost the agent's database far more CPU than sending the column.
+    evidence_in_database: bool = False
 
 
 @dataclass(frozen=True)
