@@ -14,7 +14,8 @@ OTLP/gRPC receiver in a separate process that only counts spans, then reports:
 4. raw-read: the same rows and columns read with each driver, no mapping;
 5. 1 KB evidence: bytes the database sends per span, evidence summarized by the
    database or parsed in run-otel, and the speed of each;
-6. idle poll: a poll that finds nothing, on a 10k-row and a 1M-row table;
+6. memory: peak RSS of one backfill of 1,000,008 spans with each driver;
+   idle poll: a poll that finds nothing, on a 10k-row and a 1M-row table;
 7. delay: p50/p95 from a run turning terminal to the receiver's ack, under a
    live load of 50 runs/s, at the default poll settings;
 8. feedback pass: one recheck of user feedback on a 1M-row table holding 30
@@ -518,6 +519,7 @@ def main() -> None:
     parser.add_argument("--skip-idle", action="store_true")
     parser.add_argument("--skip-feedback", action="store_true")
     parser.add_argument("--skip-evidence", action="store_true")
+    parser.add_argument("--skip-memory", action="store_true")
     args = parser.parse_args()
 
     results: dict = {"runs": args.runs, "tools_per_run": args.tools, "spans": args.runs * (args.tools + 1), "reps": args.reps,
@@ -588,6 +590,13 @@ def main() -> None:
                 kb = results["kb_evidence"]
                 results["ratios"]["kb_bytes_parsed_vs_in_database"] = kb["parsed_here"]["db_bytes_per_span"] / kb["in_database"]["db_bytes_per_span"]
                 results["ratios"]["kb_speed_in_database_vs_parsed"] = kb["in_database"]["spans_per_s"] / kb["parsed_here"]["spans_per_s"]
+            if not args.skip_memory:
+                print("memory: seeding 111,112 runs x 8 tools (1,000,008 spans) ...", flush=True)
+                seed_runs_and_tools(server, "bench_1m", 111_112, 8)
+                with CountingReceiver() as receiver:
+                    results["memory_1m_spans"] = {
+                        driver: measure_backfill(tmp, with_driver(server.url("bench_1m"), driver), receiver) for driver in drivers
+                    }
             if not args.skip_feedback:
                 print("feedback pass: seeding 1M runs over 30 days ...", flush=True)
                 seed_rated_runs(server, "feedback_1m", 1_000_000, 30)
@@ -636,6 +645,9 @@ def print_table(results: dict) -> None:
             ("bytes read, parsed / in the database", f"{ratios['kb_bytes_parsed_vs_in_database']:.1f}x", "target >= 5x"),
             ("speed, in the database / parsed", f"{ratios['kb_speed_in_database_vs_parsed']:.2f}x", ""),
         ]
+    for driver, one in results.get("memory_1m_spans", {}).items():
+        rows.append((f"backfill of {one['spans']:,} spans, {driver}", f"peak RSS {one['peak_rss_mib']:.0f} MiB",
+                     f"{one['spans_per_s']:,.0f} spans/s; target < 200 MB"))
     for fb in results.get("feedback_pass", []):
         rows.append((f"feedback pass, {fb['window_days']}-day window of 1M rows",
                      f"{fb['steady_pass_median_ms']:.0f} ms", f"{fb['rated_in_window']} rated runs; first pass {fb['first_pass_ms']:.0f} ms"))
