@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+from servers import wait_for
 
 from run_otel.memo import Memo
 from run_otel.readahead import ReadAhead
@@ -41,8 +42,9 @@ def test_the_reader_stays_at_most_depth_items_ahead():
     with ReadAhead(counting(), depth=2) as items:
         iterator = iter(items)
         assert next(iterator) == 0
-        time.sleep(0.3)  # ample time for the reader to run ahead if it could
-        # 0 was taken; 1 and 2 wait in the queue; 3 is read and waits for room.
+        # 0 was taken; 1 and 2 wait in the queue; 3 is read and waits for room ...
+        wait_for(lambda: len(produced) >= 4, 10, "the reader to fill the queue")
+        time.sleep(0.3)  # ... and no further, given ample time to run ahead if it could.
         assert len(produced) == 4
 
 
