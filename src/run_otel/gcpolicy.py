@@ -1,12 +1,13 @@
 """Garbage collection between batches, not in the middle of them.
 
 A batch allocates tens of thousands of short-lived rows, spans and encoded
-bytes. Reference counting frees them; the cyclic collector only rescans them,
-and its full passes walk every long-lived object of the process (SQLAlchemy,
-gRPC, protobuf), which cost a quarter of a backfill's time. So the objects
-alive after start-up are frozen out of the collector's view, automatic passes
-are off while batches run, and a young-generation pass runs after each batch,
-with a full pass every ``full_every`` batches so cyclic garbage stays bounded.
+bytes. Reference counting frees them; the cyclic collector only rescans them
+while they live, and its full passes walk every long-lived object of the
+process (SQLAlchemy, gRPC, protobuf): a quarter of a backfill's time. So
+automatic passes are off while batches run, a young-generation pass runs after
+each batch, and a full pass every ``full_every`` batches, so cyclic garbage
+stays bounded. Nothing is frozen or promoted: when the block ends, the
+collector carries on as before.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ class BatchCollection:
     def __enter__(self) -> BatchCollection:
         self._was_enabled = gc.isenabled()
         gc.disable()
-        gc.freeze()
         return self
 
     def after_batch(self) -> None:
@@ -34,6 +34,5 @@ class BatchCollection:
         gc.collect(2 if self._batches % self._full_every == 0 else 0)
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
-        gc.unfreeze()
         if self._was_enabled:
             gc.enable()
