@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT / "tests"))  # the test suite's server harness
 
 import grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
-from servers import MariaDB, free_port, wait_for
+from servers import MariaDB, free_port, wait_for, with_driver
 
 # -- a receiver that only counts, in its own process ---------------------------------
 
@@ -500,10 +500,6 @@ def _drivers() -> list[str]:
     except ImportError:
         return ["pymysql", "mysqlconnector"]
     return ["pymysql", "mysqlconnector", "mysqldb"]
-
-
-def with_driver(url: str, driver: str) -> str:
-    return url.replace("mysql+pymysql://", f"mysql+{driver}://")
 
 
 # -- the report --------------------------------------------------------------------------

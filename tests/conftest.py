@@ -22,10 +22,6 @@ _counter = itertools.count()
 DRIVERS = ("pymysql", "mysqlconnector")
 
 
-def with_driver(url: str, driver: str) -> str:
-    return url.replace("mysql+pymysql://", f"mysql+{driver}://")
-
-
 @pytest.fixture(scope="session")
 def mariadb(tmp_path_factory):
     server = MariaDB(tmp_path_factory.mktemp("mariadb"))

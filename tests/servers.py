@@ -63,6 +63,11 @@ def _binary(*names: str) -> str:
     raise FileNotFoundError(f"none of {names} is installed; run the README's test command")
 
 
+def with_driver(url: str, driver: str) -> str:
+    """A MariaDB URL of this harness with another driver: pymysql, mysqlconnector or mysqldb."""
+    return url.replace("mysql+pymysql://", f"mysql+{driver}://")
+
+
 class MariaDB:
     """A throwaway MariaDB server from Debian's mariadb-server package."""
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import with_driver
+from servers import with_driver
 from test_bad_rows import seed_corpus
 
 from run_otel.config import build_config

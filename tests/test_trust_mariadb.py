@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import requests
-from conftest import DRIVERS, DaemonProcess, bridge_sections, received_roots, run_cli, with_driver, write_config
-from servers import MariaDB, free_port, wait_for
+from conftest import DRIVERS, DaemonProcess, bridge_sections, received_roots, run_cli, write_config
+from servers import MariaDB, free_port, wait_for, with_driver
 
 # -- helpers ---------------------------------------------------------------------------
 

@@ -75,9 +75,13 @@ class _BackfillBatch:
     cursor: int  # the last run id read
     inside: list[RunRow]  # the runs created inside the window
     ready: list[RunRow]  # of those, this shard's finished or timed-out runs
-    incomplete: set[int]
     tools: dict[str, list[ToolRow]]
     outside_window: int
+
+    @property
+    def incomplete(self) -> set[int]:
+        """The ready runs that timed out rather than finished."""
+        return {r.id for r in self.ready if not is_terminal(r.status)}
 
 
 class Recorder:
@@ -245,8 +249,7 @@ class Poller:
             inside = [run for run in runs if created_in(run)]
             ready = [r for r in inside if self._in_shard(r) and (is_terminal(r.status) or self._timed_out(r, now))]
             tools = self._source.tools_for(r.run_id for r in ready) if ready else {}
-            incomplete = {r.id for r in ready if not is_terminal(r.status)}
-            yield _BackfillBatch(cursor, inside, ready, incomplete, tools, len(runs) - len(inside))
+            yield _BackfillBatch(cursor, inside, ready, tools, len(runs) - len(inside))
 
     # -- one batch ----------------------------------------------------------
 
