@@ -262,6 +262,43 @@ def test_bad_config_key_is_one_clear_line(tmp_path):
     ]
 
 
+def _driver_config(tmp_path, scheme: str) -> str:
+    return str(write_config(tmp_path / "driver.toml", {
+        "source": {"url": f"{scheme}://run_otel:pw-driver-secret@127.0.0.1:1/agent"},
+        "state": {"url": f"sqlite:///{tmp_path / 'state.db'}"},
+        "export": {"endpoint": "127.0.0.1:1"},
+    }))
+
+
+@pytest.mark.parametrize("command", [["once"], ["backfill", "--since", "1d"]])
+def test_a_misspelt_driver_is_one_clear_config_line(tmp_path, command):
+    done = run_cli(*command, "--config", _driver_config(tmp_path, "mysql+mysqlconector"))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "run-otel: error: config: mysql+mysqlconector://run_otel:***@127.0.0.1:1/agent: SQLAlchemy knows no "
+        "'mysql+mysqlconector'; for MySQL and MariaDB use mysql+pymysql, mysql+mysqlconnector or mysql+mysqldb"
+    ]
+
+
+def test_a_driver_that_is_not_installed_is_named_with_how_to_install_it(tmp_path):
+    import importlib.util
+
+    assert importlib.util.find_spec("MySQLdb") is None  # the precondition: mysqlclient is not installed here
+    done = run_cli("once", "--config", _driver_config(tmp_path, "mysql+mysqldb"))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "run-otel: error: config: mysql+mysqldb://run_otel:***@127.0.0.1:1/agent: the driver is not installed "
+        "(no module 'MySQLdb'): apt-get install libmariadb-dev pkg-config, then pip install 'run-otel[mysqlclient]'"
+    ]
+
+
+def test_check_reports_a_misspelt_driver_as_a_finding(tmp_path):
+    done = run_cli("check", "--config", _driver_config(tmp_path, "mysql+mysqlconector"))
+    assert done.returncode == 1, done.stderr
+    assert "✘ source.url: mysql+mysqlconector://run_otel:***@127.0.0.1:1/agent: SQLAlchemy knows no" in done.stdout
+    assert "Traceback" not in done.stderr and "pw-driver-secret" not in done.stdout + done.stderr
+
+
 @pytest.mark.parametrize("command", [["once"], ["run"], ["check"], ["status"], ["show", "run-x"], ["backfill", "--since", "1d"]])
 def test_without_a_config_nothing_runs_against_the_demo_defaults(tmp_path, command):
     done = subprocess.run([sys.executable, "-m", "run_otel.cli", *command], capture_output=True, text=True, cwd=tmp_path,

@@ -12,7 +12,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from .checkpoint import CheckpointError, CheckpointStore
 from .clock import SourceClock, zone_finding
-from .config import Config
+from .config import Config, ConfigError
 from .content import ContentPolicy
 from .export import ExportError, build_sink
 from .schema import REQUIRED_INDEXES
@@ -38,7 +38,12 @@ class Finding:
 
 def run_checks(config: Config) -> Iterator[Finding]:
     yield Finding(OK, "config", "valid")
-    source = Source(config)
+    try:
+        source = Source(config)
+    except ConfigError as exc:  # a driver that SQLAlchemy does not know, or that is not installed
+        yield Finding(FAIL, "source.url", str(exc))
+        yield from _check_endpoint(config)
+        return
     try:
         with source.engine.connect() as conn:
             conn.execute(text("SELECT 1"))
@@ -161,7 +166,7 @@ def _check_state(config: Config) -> Iterator[Finding]:
         store = CheckpointStore(config)
         saved = store.load()
         store.close()
-    except CheckpointError as exc:
+    except (CheckpointError, ConfigError) as exc:
         yield Finding(FAIL, "state store", str(exc))
         return
     where = "no checkpoint yet" if saved is None else f"checkpoint at run id {saved.high_water}"

@@ -77,6 +77,7 @@ def _parse_shard(text: str) -> tuple[int, int]:
 def guarded(action: Callable[[], None]) -> None:
     """Runs a command body; known failures become one line and exit code 1."""
     from .checkpoint import CheckpointError
+    from .config import ConfigError
     from .export import ExportError
     from .lease import LeaseError
     from .source import SourceError
@@ -84,6 +85,8 @@ def guarded(action: Callable[[], None]) -> None:
 
     try:
         action()
+    except ConfigError as exc:  # found only when a part is built, such as a driver that is not installed
+        fail(f"config: {exc}", EXIT_USAGE)
     except (SourceError, ExportError, CheckpointError, LeaseError, MetricsPortError) as exc:
         fail(str(exc))
 

@@ -15,11 +15,11 @@ from typing import NamedTuple
 
 from sqlalchemy import Engine, create_engine, event, func, select
 from sqlalchemy.engine import URL
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import NoSuchModuleError, SQLAlchemyError
 from sqlalchemy.sql.elements import ColumnElement
 
 from .clock import ClockSample, SourceClock
-from .config import VERIFYING_TLS_MODES, Config, SourceConfig
+from .config import VERIFYING_TLS_MODES, Config, ConfigError, SourceConfig
 from .content import RUN_CONTENT_COLUMNS, TOOL_CONTENT_COLUMNS, ContentPolicy
 from .evidence import DATABASE_COLUMN_COUNT, DatabaseSummaries, database_columns
 from .rows import TERMINAL_STATUSES, FeedbackRow, RunRow, ToolRow
@@ -62,12 +62,28 @@ def make_engine(url: URL, connect_timeout: float = 10.0, source: SourceConfig | 
             connect_args.update(_mysql_source_args(url, source))
     elif url.get_backend_name() == "sqlite" and source is not None:
         connect_args = {"timeout": source.statement_timeout_seconds}
-    if url.get_driver_name() == "mysqlconnector":
-        _warn_without_c_extension()
-    engine = create_engine(url, pool_pre_ping=True, connect_args=connect_args, **kwargs)
+    try:
+        if url.get_driver_name() == "mysqlconnector":
+            _warn_without_c_extension()
+        engine = create_engine(url, pool_pre_ping=True, connect_args=connect_args, **kwargs)
+    except NoSuchModuleError:
+        hint = "; for MySQL and MariaDB use mysql+pymysql, mysql+mysqlconnector or mysql+mysqldb"
+        raise ConfigError(
+            f"{safe_url(url)}: SQLAlchemy knows no {url.drivername!r}" + (hint if url.get_backend_name() == "mysql" else "")
+        ) from None
+    except ImportError as exc:
+        install = _DRIVER_EXTRAS.get(url.get_driver_name(), "install the driver's package")
+        raise ConfigError(f"{safe_url(url)}: the driver is not installed (no module {exc.name!r}): {install}") from None
     if url.get_backend_name() == "mysql" and source is not None:
         event.listen(engine, "connect", _session_setup(source))
     return engine
+
+
+# The drivers run-otel ships an extra for, and how to get them.
+_DRIVER_EXTRAS = {
+    "mysqlconnector": "pip install 'run-otel[mysql-connector]'",
+    "mysqldb": "apt-get install libmariadb-dev pkg-config, then pip install 'run-otel[mysqlclient]'",
+}
 
 
 def _warn_without_c_extension() -> None:
