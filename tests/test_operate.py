@@ -177,3 +177,28 @@ def test_health_probes_the_port_the_config_names_and_follows_an_override(agent_d
         daemon.terminate()
     off = run_cli("health", "--config", config, env={"RUN_OTEL_METRICS__ENABLED": "false"})
     assert off.returncode == 2 and "metrics.enabled is false" in off.stderr
+
+
+def test_a_backfill_stopped_by_sigterm_says_where_to_resume(agent_db, otlp, tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    agent_db.execute(
+        """INSERT INTO diagnosis_run (run_id, session_id, query, status, created_at, updated_at)
+           SELECT CONCAT('run-stop-', seq), 's', 'q', 'SUCCESS', UTC_TIMESTAMP() - INTERVAL 1 HOUR,
+                  UTC_TIMESTAMP() - INTERVAL 1 HOUR FROM seq_1_to_60000"""
+    )
+    config = write_config(tmp_path / "c.toml", bridge_sections(agent_db, tmp_path, otlp.endpoint("grpc"), poll={"batch_size": 200}))
+    process = subprocess.Popen([sys.executable, "-m", "run_otel.cli", "backfill", "--from-id", "1", "--config", str(config)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: len(received_roots(otlp.receiver)) >= 1000, 60, "the backfill to be under way")
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=60)
+    stopped_after = int(err.split("stopped by SIGTERM after run id ")[1].split(":")[0]) if "stopped by SIGTERM" in err else None
+    # The precondition: the signal landed mid-backlog, not after the last batch.
+    assert stopped_after is not None and stopped_after < 60000, (out, err)
+    assert process.returncode == 1
+    assert f"resume with --from-id {stopped_after + 1} --to-id 60000" in err
+    # Every run up to the id it names was sent, so resuming there skips nothing.
+    wait_for(lambda: len(received_roots(otlp.receiver)) >= stopped_after, 30, "the runs before the stop")

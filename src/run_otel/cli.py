@@ -148,7 +148,7 @@ def _backfill(config: Config, window: Window, ids: tuple, with_metrics: bool) ->
     source = poller.source
     ids_plan = plan(source, window, *ids)
     signal.signal(signal.SIGTERM, lambda *_: poller.stop_requested.set())
-    started, spans = time.monotonic(), 0
+    started, spans, read_to = time.monotonic(), 0, ids_plan.first_id - 1
     first_trace = last_trace = ""
     total = PollResult()
     if not ids_plan.empty:
@@ -158,8 +158,9 @@ def _backfill(config: Config, window: Window, ids: tuple, with_metrics: bool) ->
             )
 
             def advance(result: PollResult, cursor: int) -> None:
-                nonlocal spans, first_trace, last_trace
+                nonlocal spans, first_trace, last_trace, read_to
                 spans += result.spans
+                read_to = cursor
                 if result.runs:
                     first_trace = first_trace or trace_id_for(result.runs[0].run.run_id).hex()
                     last_trace = trace_id_for(result.runs[-1].run.run_id).hex()
@@ -179,6 +180,11 @@ def _backfill(config: Config, window: Window, ids: tuple, with_metrics: bool) ->
         server.stop()
     if metrics:
         metrics.shutdown()
+    if poller.stop_requested.is_set() and read_to < ids_plan.last_id:
+        fail(
+            f"stopped by SIGTERM after run id {read_to}: ids {read_to + 1}..{ids_plan.last_id} were not sent; "
+            f"resume with --from-id {read_to + 1} --to-id {ids_plan.last_id} (and the same --since/--until)"
+        )
 
 
 # -- the terminal commands ----------------------------------------------------
