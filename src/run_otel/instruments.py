@@ -68,6 +68,13 @@ FEEDBACK = Instrument(
 
 EXPORTED_SPANS = Instrument("run_otel.exported.spans", COUNTER, "{span}", "Spans acknowledged by the OTLP receiver.")
 REJECTED_SPANS = Instrument("run_otel.rejected.spans", COUNTER, "{span}", "Spans the receiver rejected (partial_success).")
+DROPPED_SPANS = Instrument(
+    "run_otel.dropped.spans",
+    COUNTER,
+    "{span}",
+    "Spans run-otel gave up on after splitting and cutting failed, so the runs behind them could go on.",
+    ("reason",),
+)
 EXPORT_FAILURES = Instrument("run_otel.export.failures", COUNTER, "{batch}", "Batches the receiver did not acknowledge.")
 ROW_WARNINGS = Instrument("run_otel.row.warnings", COUNTER, "{warning}", "Bad values in source rows, mapped around.")
 POLL_DURATION = Instrument("run_otel.poll.duration", HISTOGRAM, "s", "Time per poll, all batches.", ("outcome",))
@@ -78,11 +85,19 @@ BACKLOG_RUNS = Instrument("run_otel.backlog.runs", GAUGE, "{run}", "Run ids betw
 LAG = Instrument("run_otel.lag", GAUGE, "s", "The newest run's created_at minus the checkpoint run's.", ("shard",))
 START_TIME = Instrument("run_otel.start.timestamp", GAUGE, "s", "Unix time this instance started.")
 STANDBY = Instrument("run_otel.standby", GAUGE, "1", "1 while an HA standby waits for the lease, else 0.")
+CHECKPOINT_AHEAD = Instrument(
+    "run_otel.checkpoint.ahead",
+    GAUGE,
+    "{run}",
+    "How far the checkpoint's high-water id is above the newest run id: over 0 means the source went backwards.",
+    ("shard",),
+)
 
 RUN_INSTRUMENTS = (RUNS, RUN_DURATION, RUN_TOKENS, TOOL_INVOCATIONS, TOOL_DURATION, RAG_MATCHES, DEDUP, ZERO_MATCH, FEEDBACK)
 HEALTH_INSTRUMENTS = (
     EXPORTED_SPANS,
     REJECTED_SPANS,
+    DROPPED_SPANS,
     EXPORT_FAILURES,
     ROW_WARNINGS,
     POLL_DURATION,
@@ -93,6 +108,7 @@ HEALTH_INSTRUMENTS = (
     STANDBY,
     BACKLOG_RUNS,
     LAG,
+    CHECKPOINT_AHEAD,
 )
 ALL = RUN_INSTRUMENTS + HEALTH_INSTRUMENTS
 
