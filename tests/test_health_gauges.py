@@ -3,18 +3,27 @@ succeeds, or a source with no runs yet, shows numbers instead of "No data"."""
 
 from __future__ import annotations
 
+import json
+import signal
+import time
+from pathlib import Path
+
 import pytest
-from conftest import utc_now_naive
-from servers import free_port
+from conftest import bridge_sections, table_rows, utc_now_naive, write_config
+from servers import Prometheus, free_port, wait_for
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
+from test_metrics_live import NOT_YET, filled, http_status, panels, scalar, start_daemon
 
+from run_otel import instruments as I
 from run_otel.config import build_config
 from run_otel.demo import generate, insert_workload
 from run_otel.export import JsonFileSink
 from run_otel.metrics import build_metrics
 from run_otel.source import make_engine
 from run_otel.wiring import build_poller
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _config(tmp_path, endpoint: str = ""):
@@ -68,3 +77,50 @@ def test_a_restart_whose_polls_fail_shows_the_checkpoints_pending_runs(tmp_path)
     assert not restarted.last_poll_ok
     assert _gauge(restarted, "run_otel_pending_runs") == waiting
     restarted.shutdown()
+
+
+def test_a_bridge_that_never_succeeded_shows_a_value_on_every_health_panel(agent_db, tmp_path):
+    """A first deploy with a wrong OTLP endpoint: the database is fine, no poll ever succeeds."""
+    port = free_port()
+    insert_workload(agent_db.engine(), generate(13, 40, anchor=utc_now_naive()))
+    runs = int(table_rows(agent_db, "SELECT COUNT(*) AS n FROM diagnosis_run")[0]["n"])
+    sections = bridge_sections(
+        agent_db, tmp_path, f"127.0.0.1:{free_port()}",  # nothing listens there
+        metrics={"enabled": True, "port": port},
+        export={"timeout_seconds": 1, "max_attempts": 1},
+        poll={"retry_initial_seconds": 0.5, "retry_max_seconds": 1},
+    )
+    daemon = start_daemon(write_config(tmp_path / "run-otel.toml", sections))
+    prometheus = Prometheus(tmp_path, f"127.0.0.1:{port}", ROOT / "config/prometheus/alerts.yml", ROOT / "config/prometheus/prometheus.yml")
+    try:
+        wait_for(lambda: http_status(f"http://127.0.0.1:{port}/healthz") == 200, 30, "run-otel alive")
+        prometheus.start()
+        wait_for(lambda: prometheus.query(f'{I.POLL_DURATION.series("_count")}{{outcome="error"}} >= 2'), 60, "two failed polls scraped")
+        time.sleep(3)  # a few scrapes after them, so rate() has two points
+        assert http_status(f"http://127.0.0.1:{port}/readyz") == 503
+        assert not prometheus.query(I.LAST_SUCCESS.prometheus), "a poll succeeded: the test means nothing"
+        assert scalar(prometheus.query(f"sum({I.EXPORT_FAILURES.prometheus})")) >= 1
+
+        board = json.loads((ROOT / "dashboards/exporter-health.json").read_text())
+        empty = [
+            f"{panel['title']}: {[t['expr'] for t in panel['targets']]}"
+            for panel in panels(board)
+            if not any(prometheus.query(filled(t["expr"])) for t in panel["targets"])
+        ]
+        assert len(list(panels(board))) >= 16
+        assert not empty, "health panels without a value before the first success:\n" + "\n".join(empty)
+
+        def value(title: str, legend: str | None = None) -> float:
+            panel = next(p for p in panels(board) if p["title"] == title)
+            target = next(t for t in panel["targets"] if legend is None or t.get("legendFormat") == legend)
+            return scalar(prometheus.query(filled(target["expr"])))
+
+        assert value("Backlog") == runs  # from "beginning": every run waits
+        assert value("Since last successful poll") >= 3  # counted from the start
+        assert value("Export delay (settled to acknowledged)", NOT_YET) >= 3
+        assert value("Pending runs") == 0 and value("Checkpoint ahead of the source") == 0
+        assert scalar(prometheus.query(I.LAG.prometheus)) > 0  # the oldest run to the newest
+    finally:
+        prometheus.stop()
+        daemon.send_signal(signal.SIGTERM)
+        daemon.communicate(timeout=60)
