@@ -37,6 +37,10 @@ def test_every_alert_fires_and_stays_silent_under_promtool():
     assert "SUCCESS" in done.stdout
 
 
+# Any span lost is worth a ticket at once: these fire on the first loss and have no `for:` to outlast.
+ANY_LOSS = {"RunOtelSpansRejected", "RunOtelSpansDropped"}
+
+
 def test_every_alert_has_a_firing_and_a_silent_case():
     alerts = set(_descriptions())
     assert alerts == {
@@ -48,12 +52,18 @@ def test_every_alert_has_a_firing_and_a_silent_case():
         "RunOtelDown",
         "RunOtelBacklogGrowing",
         "DiagnosisRunsStuckPending",
+        "RunOtelSpansRejected",
+        "RunOtelSpansDropped",
+        "RunOtelCheckpointAheadOfSource",
     }
     for alert in alerts:
         cases = [s for s in SCENARIOS if s[0] == alert]
         assert any(s[4] for s in cases), f"{alert} never fires"
         assert any(not s[4] for s in cases), f"{alert} is never silent"
-        assert any(s[1] == "short spike" for s in cases), f"{alert} has no spike shorter than for:"
+        if alert in ANY_LOSS:
+            assert any(s[1] == "resolved" for s in cases), f"{alert} never resolves"
+        else:
+            assert any(s[1] == "short spike" for s in cases), f"{alert} has no spike shorter than for:"
 
 
 def test_a_breach_is_not_firing_before_its_for(tmp_path):

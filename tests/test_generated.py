@@ -32,17 +32,17 @@ def test_three_dashboards_with_prometheus_and_trace_variables():
     assert set(boards) == {"diagnosis-runs.json", "rag-retrieval.json", "exporter-health.json"}
     for name, board in boards.items():
         variables = {v["name"]: v for v in board["templating"]["list"]}
-        assert variables["datasource"]["query"] == "prometheus", name
-        assert variables["traces"]["query"] == "tempo", name
+        assert variables["prometheus_datasource"]["query"] == "prometheus", name
+        assert variables["tempo_datasource"]["query"] == "tempo", name
         for panel in board["panels"]:
             if panel["type"] != "row":
-                assert panel["datasource"]["uid"] == "${datasource}", (name, panel["title"])
+                assert panel["datasource"]["uid"] == "${prometheus_datasource}", (name, panel["title"])
 
 
 def test_run_panels_link_to_failed_runs_in_tempo_and_jaeger():
     board = dashboards()["diagnosis-runs.json"]
     links = [link["url"] for p in board["panels"] for link in p.get("links", [])]
-    assert any("traceql" in url and "%24%7Btraces%7D" not in url and "${traces}" in url for url in links)
+    assert any("traceql" in url and "%24%7Btempo_datasource%7D" not in url and "${tempo_datasource}" in url for url in links)
     assert any("jaeger" in url for url in links)
     assert all("FAILED" in url for url in links)
 
@@ -87,7 +87,7 @@ def test_tool_latencies_under_100ms_fall_in_different_buckets():
     metrics = BridgeMetrics(build_config({}), [reader])
     hist = metrics._get(I.TOOL_DURATION)
     for seconds in (0.004, 0.02, 0.07):
-        hist.record(seconds, {"tool_name": "t", "success": "true"})
+        hist.record(seconds, {"tool_name": "t", "retrieval_layer": "L0", "success": "true"})
     data = reader.get_metrics_data()
     (point,) = [p for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics
                 if m.name == I.TOOL_DURATION.name for p in m.data.data_points]
@@ -136,3 +136,61 @@ def test_latency_panels_show_exemplars_that_open_the_trace_by_the_label_run_otel
     destinations = by_uid["prometheus"]["jsonData"]["exemplarTraceIdDestinations"]
     assert {d["name"] for d in destinations} == {TRACE_ID_LABEL}
     assert {by_uid[d["datasourceUid"]]["type"] for d in destinations} == {"tempo", "jaeger"}
+
+
+def _points(reader, name: str) -> list:
+    return [p for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics for m in sm.metrics
+            if m.name == name for p in m.data.data_points]
+
+
+def test_export_delays_of_hours_and_days_fall_in_finite_buckets_of_their_own():
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from run_otel.config import build_config
+    from run_otel.metrics import BridgeMetrics
+
+    reader = InMemoryMetricReader()
+    metrics = BridgeMetrics(build_config({}), [reader])
+    for seconds in (400, 3 * 3600, 2 * 86400):  # a catch-up, a backfill of the morning, one of last week
+        metrics._get(I.EXPORT_DELAY).record(seconds)
+    (point,) = _points(reader, I.EXPORT_DELAY.name)
+    filled = [i for i, count in enumerate(point.bucket_counts) if count]
+    assert len(filled) == 3 and filled[-1] < len(point.explicit_bounds)  # none in +Inf
+    metrics.shutdown()
+
+
+def test_tool_duration_is_labelled_by_retrieval_layer():
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from run_otel.config import build_config
+    from run_otel.metrics import BridgeMetrics
+    from run_otel.poller import ExportedRun, PollResult
+    from run_otel.rows import RunRow, ToolRow
+
+    run_id = "run-550e8400-e29b-41d4-a716-446655440000"
+    run = RunRow(**{**{f: None for f in RunRow._fields}, "id": 1, "run_id": run_id, "status": "SUCCESS", "intent": "DIAGNOSIS"})
+    tools = [
+        ToolRow(**{**{f: None for f in ToolRow._fields}, "id": i, "run_id": run_id, "tool_name": "search_runbook",
+                   "success": True, "duration_ms": 20, "retrieval_layer": layer})
+        for i, layer in enumerate(("L0", "L1", None), 1)
+    ]
+    reader = InMemoryMetricReader()
+    metrics = BridgeMetrics(build_config({}), [reader])
+    metrics.runs_exported(PollResult(runs=[ExportedRun(run, tools, False, 4)]), 0.0)
+    layers = {p.attributes["retrieval_layer"] for p in _points(reader, I.TOOL_DURATION.name)}
+    assert layers == {"L0", "L1", "none"}
+    metrics.shutdown()
+
+
+def test_rag_dashboard_shows_retrieval_over_time_and_links_to_runs_and_traces():
+    board = dashboards()["rag-retrieval.json"]
+    by_title = {p["title"]: p for p in board["panels"]}
+    assert by_title["Layer mix"]["fieldConfig"]["defaults"]["custom"]["stacking"]["mode"] == "normal"
+    assert by_title["Relevance levels by layer"]["type"] == "timeseries"
+    assert not [p for p in board["panels"] if p["type"] in ("piechart", "bargauge")]  # a pie over the range hides a regression
+    layer_latency = [t["expr"] for t in by_title["Tool latency by layer"]["targets"]]
+    assert len(layer_latency) == 3 and all("by (le, retrieval_layer)" in e for e in layer_latency)
+    beside = " ".join(t["expr"] for t in by_title["Fallback and failure rate beside retrieval"]["targets"])
+    assert 'status="FALLBACK"' in beside and 'status="FAILED"' in beside and I.ZERO_MATCH.prometheus in beside
+    links = [link["url"] for link in board["links"]]
+    assert "/d/run-otel-runs" in links and any("traceql" in url and "%24%7B__from%7D" not in url for url in links)

@@ -2,316 +2,149 @@
 
 Needs the ``dashboards`` extra. ``scripts/generate.py`` writes the JSON into
 ``dashboards/``; a test fails when the committed files differ from this code.
+The RAG and exporter-health dashboards are in ``dashboard_rag`` and ``dashboard_health``.
 """
 
 from __future__ import annotations
 
-import json
-from urllib.parse import quote
-
-from grafana_foundation_sdk.builders import bargauge, piechart, prometheus, stat, timeseries
-from grafana_foundation_sdk.builders.dashboard import (
-    Dashboard,
-    DashboardLink,
-    DatasourceVariable,
-    QueryVariable,
-    Row,
-)
+from grafana_foundation_sdk.builders.dashboard import Dashboard, Row
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
-from grafana_foundation_sdk.models.dashboard import DashboardLinkType, DataSourceRef, VariableRefresh
 
 from . import instruments as I
-from .alerts import since_last_success
+from .alerts import HEALTH_DASHBOARD, RAG_DASHBOARD, RUNS_DASHBOARD, THRESHOLDS
 from .config import FeedbackConfig
-
-PROMETHEUS = DataSourceRef(type_val="prometheus", uid="${datasource}")
-SERVICE = "diagnosis-agent"
-RATE = "$__rate_interval"
-INTENT = 'intent=~"$intent"'
-# The link from an exemplar to its trace is the Prometheus datasource's exemplarTraceIdDestinations.
-EXEMPLAR_NOTE = (
-    "Each dot is an exemplar: one run (or tool call) in that bucket. Click it to open the trace in the traces datasource."
+from .dashboard_health import health_dashboard
+from .dashboard_kit import (
+    EXEMPLAR_NOTE,
+    JOB,
+    RATE,
+    RED,
+    YELLOW,
+    base,
+    dashboard_link,
+    eq,
+    failed_run_links,
+    panel,
+    query,
+    run_metric_variable,
+    selector,
+    stat_panel,
+    thresholds,
 )
+from .dashboard_rag import rag_dashboard
 
-
-def _query(expr: str, legend: str = "") -> prometheus.Dataquery:
-    query = prometheus.Dataquery().expr(expr).datasource(PROMETHEUS).ref_id("A")
-    return query.legend_format(legend) if legend else query
-
-
-def _timeseries(title: str, unit: str, *queries: prometheus.Dataquery, description: str = "") -> timeseries.Panel:
-    panel = timeseries.Panel().title(title).unit(unit).datasource(PROMETHEUS).height(8).span(12)
-    if description:
-        panel = panel.description(description)
-    for index, query in enumerate(queries):
-        panel = panel.with_target(query.ref_id(chr(ord("A") + index)))
-    return panel
-
-
-def _stat(title: str, unit: str, query: prometheus.Dataquery) -> stat.Panel:
-    return stat.Panel().title(title).unit(unit).datasource(PROMETHEUS).height(4).span(6).with_target(query)
-
-
-def _explore(datasource: str, query: dict) -> str:
-    pane = {"a": {"datasource": datasource, "queries": [{"refId": "A", **query}], "range": {"from": "${__from}", "to": "${__to}"}}}
-    return "/explore?schemaVersion=1&panes=" + quote(json.dumps(pane, separators=(",", ":")), safe="${}_")
-
-
-def failed_run_links() -> list:
-    """Links from run panels to the failed runs' traces, in Tempo and in Jaeger."""
-    traceql = f'{{ resource.service.name = "{SERVICE}" && span.diagnosis.run.status = "FAILED" }}'
-    return [
-        DashboardLink("Failed runs in Tempo (TraceQL)")
-        .type(DashboardLinkType.LINK)
-        .url(_explore("${traces}", {"queryType": "traceql", "query": traceql}))
-        .target_blank(True),
-        DashboardLink("Failed runs in Jaeger")
-        .type(DashboardLinkType.LINK)
-        .url(_explore("jaeger", {"queryType": "search", "service": SERVICE, "tags": "diagnosis.run.status=FAILED"}))
-        .target_blank(True),
-    ]
-
-
-def _base(uid: str, title: str, description: str) -> Dashboard:
-    return (
-        Dashboard(title)
-        .uid(uid)
-        .description(description)
-        .tags(["run-otel", "diagnosis-agent"])
-        .refresh("30s")
-        .time("now-6h", "now")
-        .timezone("browser")
-        .editable()
-        .with_variable(DatasourceVariable("datasource").label("Prometheus").type("prometheus"))
-        .with_variable(DatasourceVariable("traces").label("Traces").type("tempo"))
-    )
-
-
-def _intent_variable() -> QueryVariable:
-    return (
-        QueryVariable("intent")
-        .label("Intent")
-        .datasource(PROMETHEUS)
-        .query(f"label_values({I.RUNS.prometheus}, intent)")
-        .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
-        .multi(True)
-        .include_all(True)
-    )
+INTENT = 'intent=~"$intent"'
 
 
 def runs_dashboard() -> Dashboard:
-    runs = I.RUNS.prometheus
-    finished = f"sum(rate({runs}{{{INTENT}}}[{RATE}]))"
-    share = lambda status: f'sum(rate({runs}{{status="{status}",{INTENT}}}[{RATE}])) / {finished}'
+    runs, where = I.RUNS.prometheus, selector(JOB, INTENT)
+    finished = f"sum(rate({runs}{where}[{RATE}]))"
+
+    def share(status: str) -> str:
+        return f"sum(rate({runs}{selector(JOB, eq('status', status), INTENT)}[{RATE}])) / {finished}"
+
     duration = I.RUN_DURATION.series("_bucket")
-    feedback = I.FEEDBACK.prometheus
-    negative = "|".join(FeedbackConfig().negative)
+    feedback, tokens = I.FEEDBACK.prometheus, I.RUN_TOKENS.prometheus
+    negative = FeedbackConfig().negative
+    negative_matcher = eq("feedback", negative[0]) if len(negative) == 1 else f'feedback=~"{"|".join(negative)}"'
+    failure, fallback = THRESHOLDS["run_failure_ratio"], THRESHOLDS["run_fallback_ratio"]
+    links = [dashboard_link("RAG retrieval", RAG_DASHBOARD), dashboard_link("run-otel exporter health", HEALTH_DASHBOARD)]
     return (
-        _base("run-otel-runs", "Diagnosis runs", "Outcomes, failure and fallback rate, duration and tokens of the agent's runs.")
-        .with_variable(_intent_variable())
+        base(RUNS_DASHBOARD, "Diagnosis runs", "Outcomes, failure and fallback rate, duration and tokens of the agent's runs.", links)
+        .with_variable(run_metric_variable())
         .with_row(Row("Outcomes"))
-        .with_panel(_stat("Runs / min", "short", _query(f"{finished} * 60")).links(failed_run_links()))
-        .with_panel(_stat("Failure rate", "percentunit", _query(share("FAILED"))).links(failed_run_links()))
-        .with_panel(_stat("Fallback rate", "percentunit", _query(share("FALLBACK"))))
-        .with_panel(_stat("Tokens / min", "short", _query(f"sum(rate({I.RUN_TOKENS.prometheus}{{{INTENT}}}[{RATE}])) * 60")))
         .with_panel(
-            _timeseries(
+            stat_panel("Runs / min", "short", "Finished runs exported per minute, all outcomes.", query(f"{finished} * 60"), thresholds())
+            .links(failed_run_links())
+        )
+        .with_panel(
+            stat_panel(
+                "Failure rate",
+                "percentunit",
+                f"Share of finished runs that ended FAILED. Red at {failure:.0%}, the alert's threshold "
+                "(the alert also needs 20 runs in 10 minutes and holds for 15).",
+                query(share("FAILED")),
+                thresholds((failure / 2, YELLOW), (failure, RED)),
+            ).links(failed_run_links())
+        )
+        .with_panel(
+            stat_panel(
+                "Fallback rate",
+                "percentunit",
+                f"Share of finished runs that ended FALLBACK. Red at {fallback:.0%}, the alert's threshold.",
+                query(share("FALLBACK")),
+                thresholds((fallback / 2, YELLOW), (fallback, RED)),
+            )
+        )
+        .with_panel(
+            stat_panel("Tokens / min", "short", "Tokens used by the runs exported, per minute.", query(f"sum(rate({tokens}{where}[{RATE}])) * 60"), thresholds())
+        )
+        .with_panel(
+            panel(
                 "Runs by outcome",
                 "reqps",
-                _query(f"sum by (status) (rate({runs}{{{INTENT}}}[{RATE}]))", "{{status}}"),
+                "Finished runs per second by status. The links open the failed runs' traces.",
+                query(f"sum by (status) (rate({runs}{where}[{RATE}]))", "{{status}}"),
             ).links(failed_run_links())
         )
         .with_panel(
-            _timeseries(
+            panel(
                 "Failure and fallback rate",
                 "percentunit",
-                _query(share("FAILED"), "failed"),
-                _query(share("FALLBACK"), "fallback"),
+                "Share of finished runs that failed or fell back. Compare the RAG retrieval dashboard's layer mix at the same time.",
+                query(share("FAILED"), "failed"),
+                query(share("FALLBACK"), "fallback"),
             ).links(failed_run_links())
         )
         .with_panel(
-            _timeseries(
+            panel(
                 "Release outcomes by intent",
                 "reqps",
-                _query(f"sum by (intent, release_outcome) (rate({runs}{{{INTENT}}}[{RATE}]))", "{{intent}} {{release_outcome}}"),
+                "Finished runs per second by intent and release outcome.",
+                query(f"sum by (intent, release_outcome) (rate({runs}{where}[{RATE}]))", "{{intent}} {{release_outcome}}"),
+                width=24,
             )
         )
         .with_row(Row("Duration and tokens"))
         .with_panel(
-            _timeseries(
+            panel(
                 "Run duration percentiles",
                 "s",
+                "p50, p90 and p99 of total_duration_ms. " + EXEMPLAR_NOTE,
                 *(
-                    _query(f"histogram_quantile({q}, sum by (le) (rate({duration}{{{INTENT}}}[{RATE}])))", f"p{int(q * 100)}")
-                    .exemplar(True)
+                    query(f"histogram_quantile({q}, sum by (le) (rate({duration}{where}[{RATE}])))", f"p{int(q * 100)}").exemplar(True)
                     for q in (0.5, 0.9, 0.99)
                 ),
-                description=EXEMPLAR_NOTE,
             )
         )
         .with_panel(
-            _timeseries(
+            panel(
                 "Tokens by intent",
                 "short",
-                _query(f"sum by (intent) (rate({I.RUN_TOKENS.prometheus}{{{INTENT}}}[{RATE}])) * 60", "{{intent}}"),
-                description="Tokens per minute.",
+                "Tokens per minute by intent.",
+                query(f"sum by (intent) (rate({tokens}{where}[{RATE}])) * 60", "{{intent}}"),
             )
         )
         .with_row(Row("User feedback"))
         .with_panel(
-            _timeseries(
+            panel(
                 "Ratings by feedback",
                 "short",
-                _query(f"sum by (feedback) (increase({feedback}{{{INTENT}}}[{RATE}]))", "{{feedback}}"),
-                description="Ratings users gave, by value: each new or changed rating counted once.",
-            )
+                "Ratings per hour by value: each new or changed rating counted once.",
+                query(f"sum by (feedback) (rate({feedback}{where}[{RATE}])) * 3600", "{{feedback}}"),
+            ).interval("15m")
         )
         .with_panel(
-            _timeseries(
+            panel(
                 "Negative feedback share",
                 "percentunit",
-                _query(
-                    f'sum(rate({feedback}{{feedback=~"{negative}",{INTENT}}}[1h])) / sum(rate({feedback}{{{INTENT}}}[1h]))',
+                "Share of ratings in feedback.negative. Ratings are sparse, so each point covers at least 15 minutes; "
+                f"the alert looks at {THRESHOLDS['feedback_window']} and needs {THRESHOLDS['min_feedback']} ratings.",
+                query(
+                    f"sum(rate({feedback}{selector(JOB, negative_matcher, INTENT)}[{RATE}])) / sum(rate({feedback}{where}[{RATE}]))",
                     "negative",
                 ),
-                description="Share of ratings in feedback.negative over the last hour, as the alert computes it.",
-            )
-        )
-    )
-
-
-def rag_dashboard() -> Dashboard:
-    tools = I.TOOL_INVOCATIONS.prometheus
-    retrieval = 'retrieval_layer!="none"'
-    duration = I.TOOL_DURATION.series("_bucket")
-    return (
-        _base("run-otel-rag", "RAG retrieval", "How the agent's L0/L1 retrieval layers behave: matches, relevance, dedup, errors.")
-        .with_row(Row("Layers"))
-        .with_panel(
-            _timeseries(
-                "Invocations by retrieval layer",
-                "reqps",
-                _query(f"sum by (retrieval_layer) (rate({tools}{{{retrieval}}}[{RATE}]))", "{{retrieval_layer}}"),
-            )
-        )
-        .with_panel(
-            _timeseries(
-                "Matches per call by layer",
-                "short",
-                _query(
-                    f"sum by (layer) (rate({I.RAG_MATCHES.prometheus}[{RATE}])) / scalar(sum(rate({tools}{{{retrieval}}}[{RATE}])))",
-                    "{{layer}}",
-                ),
-                description="Average L0 and L1 matches per retrieval call.",
-            )
-        )
-        .with_panel(
-            piechart.Panel()
-            .title("Relevance mix")
-            .datasource(PROMETHEUS)
-            .height(8)
-            .span(8)
-            .with_target(_query(f"sum by (relevance_level) (increase({tools}{{{retrieval}}}[$__range]))", "{{relevance_level}}").instant())
-        )
-        .with_panel(
-            bargauge.Panel()
-            .title("Dedup reasons")
-            .datasource(PROMETHEUS)
-            .height(8)
-            .span(8)
-            .with_target(_query(f"sum by (dedup_reason) (increase({I.DEDUP.prometheus}[$__range]))", "{{dedup_reason}}").instant())
-        )
-        .with_panel(
-            _stat(
-                "Zero-match share",
-                "percentunit",
-                _query(f"sum(rate({I.ZERO_MATCH.prometheus}[{RATE}])) / sum(rate({tools}{{{retrieval}}}[{RATE}]))"),
-            ).span(8).height(8)
-        )
-        .with_row(Row("Tools"))
-        .with_panel(
-            _timeseries(
-                "Error rate per tool",
-                "percentunit",
-                _query(
-                    f'sum by (tool_name) (rate({tools}{{success="false"}}[{RATE}])) / sum by (tool_name) (rate({tools}[{RATE}]))',
-                    "{{tool_name}}",
-                ),
-            ).links(failed_run_links())
-        )
-        .with_panel(
-            _timeseries(
-                "Tool duration p90",
-                "s",
-                _query(f"histogram_quantile(0.9, sum by (le, tool_name) (rate({duration}[{RATE}])))", "{{tool_name}}")
-                .exemplar(True),
-                description=EXEMPLAR_NOTE,
-            )
-        )
-    )
-
-
-def health_dashboard() -> Dashboard:
-    delay = I.EXPORT_DELAY.series("_bucket")
-    poll = I.POLL_DURATION.series("_bucket")
-    return (
-        _base("run-otel-health", "run-otel exporter health", "Is the bridge keeping up? Lag, pending runs, failures, last success.")
-        .with_row(Row("Health"))
-        .with_panel(_stat("Up", "short", _query(f'sum(up{{job="{I.JOB}"}})')))
-        .with_panel(_stat("Since last successful poll", "s", _query(f"time() - max({I.LAST_SUCCESS.prometheus})")))
-        .with_panel(_stat("Pending runs", "short", _query(f"max({I.PENDING_RUNS.prometheus})")))
-        .with_panel(_stat("HA standbys", "short", _query(f"sum({I.STANDBY.prometheus})")))
-        .with_panel(_stat("Export failures (1h)", "short", _query(f"sum(increase({I.EXPORT_FAILURES.prometheus}[1h]))")))
-        .with_panel(
-            _timeseries(
-                "Since last successful poll, per instance",
-                "s",
-                _query(since_last_success(), "{{instance}}"),
-                description="One line per instance or shard, counted from its start when it never succeeded; "
-                "the alert RunOtelExportStalled fires per line.",
-            )
-        )
-        .with_panel(
-            _timeseries(
-                "Backlog per shard",
-                "short",
-                _query(I.BACKLOG_RUNS.prometheus, "{{instance}} {{shard}} runs"),
-                description="Run ids above the checkpoint after each poll; run_otel_lag_seconds is the same gap in time.",
-            )
-        )
-        .with_panel(_timeseries("Lag per shard", "s", _query(I.LAG.prometheus, "{{instance}} {{shard}}")))
-        .with_panel(
-            _timeseries(
-                "Spans exported and rejected",
-                "short",
-                _query(f"sum(rate({I.EXPORTED_SPANS.prometheus}[{RATE}]))", "exported/s"),
-                _query(f"sum(rate({I.REJECTED_SPANS.prometheus}[{RATE}]))", "rejected/s"),
-            )
-        )
-        .with_panel(
-            _timeseries(
-                "Export delay (settled to acknowledged)",
-                "s",
-                *(
-                    _query(f"histogram_quantile({q}, sum by (le) (rate({delay}[{RATE}])))", f"p{int(q * 100)}")
-                    for q in (0.5, 0.95)
-                ),
-            )
-        )
-        .with_panel(
-            _timeseries(
-                "Poll duration p95",
-                "s",
-                _query(f"histogram_quantile(0.95, sum by (le, outcome) (rate({poll}[{RATE}])))", "{{outcome}}"),
-            )
-        )
-        .with_panel(
-            _timeseries(
-                "Bad-row warnings and export failures",
-                "short",
-                _query(f"sum(increase({I.ROW_WARNINGS.prometheus}[{RATE}]))", "row warnings"),
-                _query(f"sum(increase({I.EXPORT_FAILURES.prometheus}[{RATE}]))", "export failures"),
-            )
+            ).interval("15m")
         )
     )
 

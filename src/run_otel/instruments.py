@@ -14,6 +14,9 @@ COUNTER, HISTOGRAM, GAUGE = "counter", "histogram", "gauge"
 SECONDS_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
 # Tool calls are often a few milliseconds (a cache hit, an L0 lookup): buckets from 5 ms.
 TOOL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+# Export delay: seconds when keeping up, hours or days for a backfill or a catch-up after an
+# outage; a top bucket of 300 s made every catch-up read as exactly 300 s.
+DELAY_BUCKETS = SECONDS_BUCKETS + (600.0, 1800.0, 3600.0, 7200.0, 21600.0, 43200.0, 86400.0, 259200.0, 604800.0)
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,12 @@ TOOL_INVOCATIONS = Instrument(
     ("tool_name", "retrieval_layer", "relevance_level", "success"),
 )
 TOOL_DURATION = Instrument(
-    "diagnosis.tool.duration", HISTOGRAM, "s", "Tool call duration (duration_ms).", ("tool_name", "success"), TOOL_BUCKETS
+    "diagnosis.tool.duration",
+    HISTOGRAM,
+    "s",
+    "Tool call duration (duration_ms).",
+    ("tool_name", "retrieval_layer", "success"),
+    TOOL_BUCKETS,
 )
 RAG_MATCHES = Instrument("rag.matches", COUNTER, "{match}", "RAG matches by retrieval layer.", ("layer", "tool_name"))
 DEDUP = Instrument("rag.dedup", COUNTER, "{invocation}", "Deduplicated retrievals by reason.", ("dedup_reason", "tool_name"))
@@ -78,7 +86,9 @@ DROPPED_SPANS = Instrument(
 EXPORT_FAILURES = Instrument("run_otel.export.failures", COUNTER, "{batch}", "Batches the receiver did not acknowledge.")
 ROW_WARNINGS = Instrument("run_otel.row.warnings", COUNTER, "{warning}", "Bad values in source rows, mapped around.")
 POLL_DURATION = Instrument("run_otel.poll.duration", HISTOGRAM, "s", "Time per poll, all batches.", ("outcome",))
-EXPORT_DELAY = Instrument("run_otel.export.delay", HISTOGRAM, "s", "From a run being settled to its acknowledgement.")
+EXPORT_DELAY = Instrument(
+    "run_otel.export.delay", HISTOGRAM, "s", "From a run being settled to its acknowledgement.", (), DELAY_BUCKETS
+)
 PENDING_RUNS = Instrument("run_otel.pending.runs", GAUGE, "{run}", "Runs waiting to finish or settle.")
 LAST_SUCCESS = Instrument("run_otel.last_success.timestamp", GAUGE, "s", "Unix time of the last successful poll.")
 BACKLOG_RUNS = Instrument("run_otel.backlog.runs", GAUGE, "{run}", "Run ids between the checkpoint and the newest run.", ("shard",))

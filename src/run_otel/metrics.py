@@ -102,6 +102,9 @@ class BridgeMetrics(Recorder):
         self._get(I.EXPORT_FAILURES).add(0)
         self._get(I.REJECTED_SPANS).add(0)
         self._get(I.ROW_WARNINGS).add(0)
+        self._get(I.DROPPED_SPANS).add(0, I.DROPPED_SPANS.labelled("too_large"))
+        # 0 until the poller finds the source behind the checkpoint: the panel reads 0, not "No data".
+        self._get(I.CHECKPOINT_AHEAD).set(0, I.CHECKPOINT_AHEAD.labelled(self._shard))
 
     def _get(self, instrument: I.Instrument):
         return self._i[instrument.name]
@@ -148,7 +151,7 @@ class BridgeMetrics(Recorder):
         if tool.success is False:
             self._exemplars.record(I.TOOL_INVOCATIONS, invocations, trace_id, span_id)
         if tool.duration_ms is not None and 0 <= tool.duration_ms <= MAX_DURATION_MS:
-            seconds, labels = tool.duration_ms / 1000, I.TOOL_DURATION.labelled(name, success)
+            seconds, labels = tool.duration_ms / 1000, I.TOOL_DURATION.labelled(name, layer, success)
             self._get(I.TOOL_DURATION).record(seconds, labels, context=context)
             self._exemplars.record(I.TOOL_DURATION, labels, trace_id, span_id, seconds)
         for layer_name, count in (("L0", tool.l0_match_count), ("L1", tool.l1_match_count)):
@@ -174,7 +177,8 @@ class BridgeMetrics(Recorder):
             if ok:
                 self.last_success = time.time()
                 self._get(I.LAST_SUCCESS).set(self.last_success)
-                self._get(I.PENDING_RUNS).set(pending)
+            # Set on a failed poll too (the checkpoint's count), so a first deploy that never succeeds shows it.
+            self._get(I.PENDING_RUNS).set(pending)
 
     def backlog(self, runs: int, seconds: float | None) -> None:
         self._get(I.BACKLOG_RUNS).set(runs, I.BACKLOG_RUNS.labelled(self._shard))

@@ -127,6 +127,7 @@ class Poller:
         self._rules = Rules.from_config(config.poll)
         self._zone_checked = False
         self._high_water: int | None = None
+        self._checkpoint_pending = 0  # the last loaded checkpoint's, for the gauge when a poll fails
         self._shard_index, self._shard_total = config.shard
         self._unknown_statuses: set[str | None] = set()
         self.stop_requested = threading.Event()
@@ -172,7 +173,7 @@ class Poller:
                         break
                     collection.after_batch()
         except Exception:
-            self._recorder.poll_finished(self._clock() - started, ok=False, pending=total.pending)
+            self._recorder.poll_finished(self._clock() - started, ok=False, pending=self._checkpoint_pending)
             self._record_backlog()  # an outage is when the backlog matters most
             raise
         self._recorder.poll_finished(self._clock() - started, ok=True, pending=total.pending)
@@ -255,7 +256,7 @@ class Poller:
 
     def _poll_batch(self) -> PollResult:
         checkpoint = self._load_checkpoint()
-        self._high_water = checkpoint.high_water
+        self._high_water, self._checkpoint_pending = checkpoint.high_water, len(checkpoint.pending)
         self._check_zone_once()
         now = self._clock()
         new_runs = self._source.runs_after(checkpoint.high_water, self._poll.batch_size)
@@ -295,8 +296,9 @@ class Poller:
             backlog = self._source.backlog(self._high_water, self._source_clock)
         except SourceError:
             return  # the database is away: the poll's own error says so
-        if backlog is not None:
-            self._recorder.backlog(backlog.runs, backlog.seconds)
+        # No runs at all is no backlog: 0, so the gauges exist from the first poll attempt.
+        runs, seconds = (backlog.runs, backlog.seconds) if backlog else (0, 0.0)
+        self._recorder.backlog(runs, seconds)
 
     def _load_checkpoint(self) -> Checkpoint:
         saved = self._store.load()

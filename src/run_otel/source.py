@@ -286,7 +286,8 @@ class Source:
         newest_id, newest_at = newest
         if newest_id <= high_water:
             return Backlog(newest_id, 0, 0.0)
-        mark = self.created_at_from(high_water) if high_water else None
+        # From high water 0 nothing is exported yet: the lag runs from the oldest run.
+        mark = self.created_at_from(high_water)
         newest_epoch, mark_epoch = clock.epoch(newest_at), clock.epoch(mark[1]) if mark else None
         seconds = max(newest_epoch - mark_epoch, 0.0) if newest_epoch is not None and mark_epoch is not None else None
         return Backlog(newest_id, newest_id - high_water, seconds)
