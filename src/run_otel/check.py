@@ -15,7 +15,7 @@ from .clock import SourceClock, zone_finding
 from .config import Config, ConfigError
 from .content import ContentPolicy
 from .export import ExportError, build_sink
-from .schema import REQUIRED_INDEXES
+from .schema import REQUIRED_INDEXES, documented_types
 from .source import RUN_COLUMNS, TOOL_COLUMNS, Source, SourceError
 
 OK, WARN, FAIL = "ok", "warn", "fail"
@@ -54,6 +54,7 @@ def run_checks(config: Config) -> Iterator[Finding]:
     yield Finding(OK, "database", f"{source.describe()} reachable")
     try:
         yield from _check_columns(config, source)
+        yield from _check_column_types(config, source)
         yield from _check_evidence(source)
         yield from _check_indexes(source)
         yield from _check_privileges(source)
@@ -81,6 +82,37 @@ def _check_columns(config: Config, source: Source) -> Iterator[Finding]:
             yield Finding(FAIL, f"table {table}", f"missing column(s): {', '.join(missing)}")
         else:
             yield Finding(OK, f"table {table}", f"{len(columns)} columns run-otel reads are present")
+
+
+def _check_column_types(config: Config, source: Source) -> Iterator[Finding]:
+    """A column whose type drifted from the documented schema: run-otel still reads its
+    values by meaning, but says so, since the agent may now write values that mean nothing."""
+    if source.engine.dialect.name != "mysql":
+        return
+    content = ContentPolicy.build(config.content, config.trace.conventions)
+    read = {("diagnosis_run", c) for c in RUN_COLUMNS + content.run_columns()}
+    read |= {("tool_invocation", c) for c in TOOL_COLUMNS + content.tool_columns()}
+    statement = text(
+        "SELECT TABLE_NAME, COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS "
+        "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN ('diagnosis_run', 'tool_invocation')"
+    )
+    with source.engine.connect() as conn:
+        found = {(str(t), str(c).lower()): str(d).lower() for t, c, d in conn.execute(statement)}
+    documented = documented_types()
+    drifted = [
+        (key, documented[key][0], kind)
+        for key, kind in sorted(found.items())
+        if key in read and key in documented and kind not in documented[key]
+    ]
+    for (table, column), expected, kind in drifted:
+        yield Finding(
+            WARN,
+            f"column {table}.{column}",
+            f"is {kind.upper()}, the documented schema has {expected.upper()}: "
+            "values are read by meaning, and one that means nothing is a row warning",
+        )
+    if found and not drifted:
+        yield Finding(OK, "column types", "as in the documented schema")
 
 
 def _check_evidence(source: Source) -> Iterator[Finding]:

@@ -22,6 +22,7 @@ from .export import Ack, Sink
 from .gcpolicy import BatchCollection
 from .mapping import MappedRun, Mapper, shard_of
 from .readahead import ReadAhead
+from .readings import read_run, read_tool
 from .rows import TERMINAL_STATUSES, FeedbackRow, RunRow, ToolRow, is_terminal
 from .source import Source, SourceError
 from .transitions import Rules, advance, classify, expire_gaps, initial_checkpoint, timed_out
@@ -191,12 +192,15 @@ class Poller:
         if tools is None:
             tools = self._source.tools_for(r.run_id for r in runs) if runs else {}
         mapped: list[tuple[ExportedRun, MappedRun]] = []
-        for run in runs:
-            run_tools = tools.get(run.run_id, [])
+        for row in runs:
+            warnings: list[str] = []
+            run = read_run(row, warnings)
+            run_tools = [read_tool(tool, warnings) for tool in tools.get(run.run_id, [])]
             one = self.mapper.map_run(run, run_tools, incomplete=run.id in incomplete_ids)
-            for warning in one.warnings:
+            warnings += one.warnings
+            for warning in warnings:
                 log.warning("run %s: %s", run.run_id, warning)
-            result.warnings += len(one.warnings)
+            result.warnings += len(warnings)
             settled_at = self._source_clock.epoch(run.updated_at)
             mapped.append((ExportedRun(run, run_tools, run.id in incomplete_ids, len(one.spans), settled_at), one))
         for request_spans in self._requests(m for _, m in mapped):
@@ -284,7 +288,10 @@ class Poller:
         result.pending, result.gaps = len(following.pending), len(following.gaps)
         result.full_batch = len(new_runs) >= self._poll.batch_size
         result.next_settle_at = decided.next_settle_at
-        self._recorder.runs_exported(result, acked_at)
+        try:
+            self._recorder.runs_exported(result, acked_at)
+        except Exception:  # the batch is sent and checkpointed: a metric must not turn that into a failed poll
+            log.exception("metrics: recording the exported runs failed; the runs were exported and checkpointed")
         return result
 
     def _record_backlog(self) -> None:

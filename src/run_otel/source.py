@@ -13,10 +13,11 @@ from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
-from sqlalchemy import Engine, create_engine, event, func, select
+from sqlalchemy import Boolean, Engine, create_engine, event, func, select, type_coerce
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import NoSuchModuleError, SQLAlchemyError
 from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.sqltypes import NullType
 
 from .clock import ClockSample, SourceClock
 from .config import VERIFYING_TLS_MODES, Config, ConfigError, SourceConfig
@@ -181,6 +182,12 @@ _NO_SUCH_FUNCTION = 1305  # MySQL/MariaDB: FUNCTION ... does not exist
 _TLS_FAILED = 2026  # the client's "SSL connection error", often with only OpenSSL's own words
 
 
+def _as_stored(column: ColumnElement) -> ColumnElement:
+    """A BOOLEAN column as the database returns it: SQLAlchemy's own conversion makes any
+    non-empty text true, 'false' included, so ``readings`` reads the value by meaning."""
+    return type_coerce(column, NullType()).label(column.name) if isinstance(column.type, Boolean) else column
+
+
 def _chunks(values: Sequence, size: int) -> Iterator[Sequence]:
     for start in range(0, len(values), size):
         yield values[start : start + size]
@@ -198,7 +205,7 @@ class Source:
         run_cols = RUN_COLUMNS + content.run_columns()
         tool_cols = TOOL_COLUMNS + content.tool_columns()
         self._run_select = select(*(diagnosis_run.c[name] for name in run_cols))
-        columns: list[ColumnElement] = [tool_invocation.c[name] for name in tool_cols]
+        columns: list[ColumnElement] = [_as_stored(tool_invocation.c[name]) for name in tool_cols]
         # Without capture, MySQL/MariaDB summarize retrieval_details themselves: the evidence
         # text, often kilobytes a call, then never leaves the database.
         self._evidence_at = TOOL_COLUMNS.index("retrieval_details") if self._summarize_evidence(content, config.source) else None
