@@ -15,6 +15,7 @@ from .clock import SourceClock, zone_finding
 from .config import Config, ConfigError
 from .content import ContentPolicy
 from .export import ExportError, build_sink
+from .feedback_vocab import unmapped_in_window
 from .schema import REQUIRED_INDEXES, documented_types
 from .source import RUN_COLUMNS, TOOL_COLUMNS, Source, SourceError
 
@@ -59,6 +60,7 @@ def run_checks(config: Config) -> Iterator[Finding]:
         yield from _check_indexes(source)
         yield from _check_privileges(source)
         yield from _check_timezone(config, source)
+        yield from _check_feedback_values(config, source)
     finally:
         source.close()
     yield from _check_state(config)
@@ -191,6 +193,27 @@ def _check_timezone(config: Config, source: Source) -> Iterator[Finding]:
         yield Finding(WARN, "source.timezone", finding.message(config.source.timezone))
     else:
         yield Finding(OK, "source.timezone", f"{config.source.timezone}: the newest run (id {sample.run_id}) fits the database's clock")
+
+
+def _check_feedback_values(config: Config, source: Source) -> Iterator[Finding]:
+    if not config.feedback.enabled:
+        return
+    try:
+        rated, unmapped = unmapped_in_window(config.feedback, source, SourceClock(config.source.timezone))
+    except SourceError as exc:
+        yield Finding(FAIL, "feedback values", f"cannot read the feedback window: {exc}")
+        return
+    window = f"{config.feedback.window_seconds / 3600:g}h"
+    if not unmapped:
+        yield Finding(OK, "feedback values", f"{rated} rated run(s) in the last {window}, every value mapped")
+        return
+    named = ", ".join(f"{value!r} ({count})" for value, count in unmapped.most_common(20))
+    yield Finding(
+        WARN,
+        "feedback values",
+        f"{sum(unmapped.values())} of {rated} rated run(s) in the last {window} carry values that feedback.scores and "
+        f"feedback.negative do not map, so they count as \"other\" and never in the negative-feedback alert: {named}",
+    )
 
 
 def _check_state(config: Config) -> Iterator[Finding]:
