@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from .checkpoint import Checkpoint, CheckpointStore
 from .clock import SourceClock, zone_finding
@@ -23,6 +24,7 @@ from .gcpolicy import BatchCollection
 from .mapping import MappedRun, Mapper, shard_of
 from .readahead import ReadAhead
 from .readings import read_run, read_tool
+from .reconnect import Reconnecting
 from .rows import TERMINAL_STATUSES, FeedbackRow, RunRow, ToolRow, is_terminal
 from .source import Source, SourceError
 from .transitions import Rules, advance, classify, expire_gaps, initial_checkpoint, timed_out
@@ -131,6 +133,10 @@ class Poller:
         self._shard_index, self._shard_total = config.shard
         self._unknown_statuses: set[str | None] = set()
         self.stop_requested = threading.Event()
+        # A backfill's reads outlive a database restart; the daemon has its own backoff between polls.
+        self._backfill_read = Reconnecting(
+            config.poll.backfill_retry_seconds, config.poll.retry_initial_seconds, config.poll.retry_max_seconds, self.stop_requested
+        )
         # Asked between batches of a long drain; the HA lease answers False once lost.
         self._keep_going = keep_going
         # time.monotonic() of the last batch started or finished, for liveness.
@@ -245,14 +251,14 @@ class Poller:
         """The id range's batches with their tool rows: pure reads, run in the read-ahead thread."""
         cursor = first_id - 1
         while cursor < last_id and not self.stop_requested.is_set():
-            runs = self._source.runs_after(cursor, self._poll.batch_size, until_id=last_id)
+            runs = self._backfill_read(partial(self._source.runs_after, cursor, self._poll.batch_size, until_id=last_id))
             if not runs:
                 return
             cursor = runs[-1].id
             now = self._clock()
             inside = [run for run in runs if created_in(run)]
             ready = [r for r in inside if self._in_shard(r) and (is_terminal(r.status) or self._timed_out(r, now))]
-            tools = self._source.tools_for(r.run_id for r in ready) if ready else {}
+            tools = self._backfill_read(partial(self._source.tools_for, [r.run_id for r in ready])) if ready else {}
             yield _BackfillBatch(cursor, inside, ready, tools, len(runs) - len(inside))
 
     # -- one batch ----------------------------------------------------------

@@ -44,6 +44,10 @@ class SourceError(RuntimeError):
     """The database could not be read. The message never holds a password."""
 
 
+class ConnectionLost(SourceError):
+    """The connection to the database was lost or refused: worth retrying."""
+
+
 def safe_url(url: URL) -> str:
     return url.render_as_string(hide_password=True)
 
@@ -177,7 +181,11 @@ def _session_setup(source: SourceConfig):
 
 
 # Server errors that mean a statement hit the timeout rather than failed.
-_TIMEOUT_ERRORS = {1969: "max_statement_time", 3024: "max_execution_time", 1205: "lock_wait_timeout", 2013: "read timeout"}
+_TIMEOUT_ERRORS = {1969: "max_statement_time", 3024: "max_execution_time", 1205: "lock_wait_timeout"}
+# Client errors that mean the connection is gone (the server restarted, a failover, a
+# dropped network): 2003 cannot connect, 2006 server has gone away, 2013 lost during
+# a query (also the read-timeout backstop's), 2055 mysql-connector's lost connection.
+_CONNECTION_ERRORS = frozenset({2003, 2006, 2013, 2055})
 _NO_SUCH_FUNCTION = 1305  # MySQL/MariaDB: FUNCTION ... does not exist
 _TLS_FAILED = 2026  # the client's "SSL connection error", often with only OpenSSL's own words
 
@@ -243,6 +251,13 @@ class Source:
         except SQLAlchemyError as exc:
             reason = getattr(exc, "orig", None) or exc.__class__.__name__
             code = getattr(reason, "args", (None,))[0] if getattr(reason, "args", None) else None
+            # SQLAlchemy's own disconnect test knows each driver's words for it, such as
+            # mysql-connector's "MySQL Connection not available" with no error code.
+            if code in _CONNECTION_ERRORS or getattr(exc, "connection_invalidated", False):
+                raise ConnectionLost(
+                    f"database {self.describe()}: lost the connection (the server restarted or went away, "
+                    f"or the network dropped it): {reason}"
+                ) from None
             if code in _TIMEOUT_ERRORS:
                 reason = (
                     f"a statement ran past source.statement_timeout_seconds ({self._statement_timeout:g}s; "
