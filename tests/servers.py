@@ -15,6 +15,7 @@ import threading
 import time
 from concurrent import futures
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import grpc
@@ -171,6 +172,12 @@ class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
         self._receiver = receiver
 
     def Export(self, request, context):
+        if self._receiver.refuse_credentials:
+            # A gateway that refuses the credential and quotes it back, as some do.
+            sent = dict(context.invocation_metadata()).get("authorization", "")
+            details = f"invalid credentials in header authorization: {sent!r} (token {sent.split()[-1] if sent else ''} unknown)"
+            self._receiver.quoted.append(details)
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, details)
         return self._receiver.accept(request)
 
 
@@ -184,6 +191,9 @@ class Receiver:
     # With hold_after set, the request after that many is not answered until release():
     # a sender is then provably stuck mid-backlog.
     hold_after: int = 0
+    # Answer UNAUTHENTICATED, quoting the authorization header sent; what was answered is kept in quoted.
+    refuse_credentials: bool = False
+    quoted: list = field(default_factory=list)
 
     def __post_init__(self):
         self._lock = threading.Lock()
@@ -240,6 +250,45 @@ class Receiver:
     def clear(self) -> None:
         with self._lock:
             self.requests.clear()
+
+
+class RefusingHttpReceiver:
+    """An OTLP/HTTP endpoint that answers 401 with the authorization header it refused in its body."""
+
+    def __init__(self):
+        self.port = free_port()
+        self.quoted: list[str] = []
+        self._server: ThreadingHTTPServer | None = None
+
+    def start(self) -> None:
+        quoted = self.quoted
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                body = f"401 Unauthorized: bad credentials {self.headers.get('Authorization')!r}"
+                quoted.append(body)
+                data = body.encode()
+                self.send_response(401)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        if self._server:
+            self._server.shutdown()
+            self._server.server_close()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
 
 
 class Rotel:

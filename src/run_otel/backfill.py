@@ -83,6 +83,14 @@ def order_warning(plan: Plan, outside_window: int, source: Source) -> str | None
     )
 
 
+def resume_hint(read_to: int, last_id: int) -> str:
+    """How to finish a backfill that stopped after run id ``read_to``: every id before is sent."""
+    return (
+        f"ids {read_to + 1}..{last_id} were not sent; "
+        f"resume with --from-id {read_to + 1} --to-id {last_id} (and the same --since/--until)"
+    )
+
+
 def where_to_find(first_trace: str, last_trace: str) -> list[str]:
     """The closing lines of a backfill: where its runs can be opened, and where not."""
     if not first_trace:

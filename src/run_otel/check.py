@@ -15,7 +15,8 @@ from .clock import SourceClock, zone_finding
 from .config import Config, ConfigError
 from .content import ContentPolicy
 from .export import ExportError, build_sink
-from .schema import REQUIRED_INDEXES
+from .feedback_vocab import unmapped_in_window
+from .schema import REQUIRED_INDEXES, documented_types
 from .source import RUN_COLUMNS, TOOL_COLUMNS, Source, SourceError
 
 OK, WARN, FAIL = "ok", "warn", "fail"
@@ -54,10 +55,12 @@ def run_checks(config: Config) -> Iterator[Finding]:
     yield Finding(OK, "database", f"{source.describe()} reachable")
     try:
         yield from _check_columns(config, source)
+        yield from _check_column_types(config, source)
         yield from _check_evidence(source)
         yield from _check_indexes(source)
         yield from _check_privileges(source)
         yield from _check_timezone(config, source)
+        yield from _check_feedback_values(config, source)
     finally:
         source.close()
     yield from _check_state(config)
@@ -81,6 +84,37 @@ def _check_columns(config: Config, source: Source) -> Iterator[Finding]:
             yield Finding(FAIL, f"table {table}", f"missing column(s): {', '.join(missing)}")
         else:
             yield Finding(OK, f"table {table}", f"{len(columns)} columns run-otel reads are present")
+
+
+def _check_column_types(config: Config, source: Source) -> Iterator[Finding]:
+    """A column whose type drifted from the documented schema: run-otel still reads its
+    values by meaning, but says so, since the agent may now write values that mean nothing."""
+    if source.engine.dialect.name != "mysql":
+        return
+    content = ContentPolicy.build(config.content, config.trace.conventions)
+    read = {("diagnosis_run", c) for c in RUN_COLUMNS + content.run_columns()}
+    read |= {("tool_invocation", c) for c in TOOL_COLUMNS + content.tool_columns()}
+    statement = text(
+        "SELECT TABLE_NAME, COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS "
+        "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN ('diagnosis_run', 'tool_invocation')"
+    )
+    with source.engine.connect() as conn:
+        found = {(str(t), str(c).lower()): str(d).lower() for t, c, d in conn.execute(statement)}
+    documented = documented_types()
+    drifted = [
+        (key, documented[key][0], kind)
+        for key, kind in sorted(found.items())
+        if key in read and key in documented and kind not in documented[key]
+    ]
+    for (table, column), expected, kind in drifted:
+        yield Finding(
+            WARN,
+            f"column {table}.{column}",
+            f"is {kind.upper()}, the documented schema has {expected.upper()}: "
+            "values are read by meaning, and one that means nothing is a row warning",
+        )
+    if found and not drifted:
+        yield Finding(OK, "column types", "as in the documented schema")
 
 
 def _check_evidence(source: Source) -> Iterator[Finding]:
@@ -159,6 +193,27 @@ def _check_timezone(config: Config, source: Source) -> Iterator[Finding]:
         yield Finding(WARN, "source.timezone", finding.message(config.source.timezone))
     else:
         yield Finding(OK, "source.timezone", f"{config.source.timezone}: the newest run (id {sample.run_id}) fits the database's clock")
+
+
+def _check_feedback_values(config: Config, source: Source) -> Iterator[Finding]:
+    if not config.feedback.enabled:
+        return
+    try:
+        rated, unmapped = unmapped_in_window(config.feedback, source, SourceClock(config.source.timezone))
+    except SourceError as exc:
+        yield Finding(FAIL, "feedback values", f"cannot read the feedback window: {exc}")
+        return
+    window = f"{config.feedback.window_seconds / 3600:g}h"
+    if not unmapped:
+        yield Finding(OK, "feedback values", f"{rated} rated run(s) in the last {window}, every value mapped")
+        return
+    named = ", ".join(f"{value!r} ({count})" for value, count in unmapped.most_common(20))
+    yield Finding(
+        WARN,
+        "feedback values",
+        f"{sum(unmapped.values())} of {rated} rated run(s) in the last {window} carry values that feedback.scores and "
+        f"feedback.negative do not map, so they count as \"other\" and never in the negative-feedback alert: {named}",
+    )
 
 
 def _check_state(config: Config) -> Iterator[Finding]:

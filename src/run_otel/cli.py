@@ -136,10 +136,12 @@ def _backfill(config: Config, window: Window, ids: tuple, with_metrics: bool) ->
 
     from rich.console import Console
 
-    from .backfill import order_warning, plan, where_to_find
+    from .backfill import order_warning, plan, resume_hint, where_to_find
+    from .export import ExportError
     from .mapping import trace_id_for
     from .poller import PollResult
     from .render import progress_bar
+    from .source import SourceError
     from .wiring import build_poller, start_metrics
 
     console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -151,6 +153,7 @@ def _backfill(config: Config, window: Window, ids: tuple, with_metrics: bool) ->
     started, spans, read_to = time.monotonic(), 0, ids_plan.first_id - 1
     first_trace = last_trace = ""
     total = PollResult()
+    failure: Exception | None = None
     if not ids_plan.empty:
         with progress_bar(console) as progress:
             task = progress.add_task(
@@ -161,30 +164,34 @@ def _backfill(config: Config, window: Window, ids: tuple, with_metrics: bool) ->
                 nonlocal spans, first_trace, last_trace, read_to
                 spans += result.spans
                 read_to = cursor
+                total.add(result)  # here, not from backfill()'s return: a failed backfill still reports what it sent
                 if result.runs:
                     first_trace = first_trace or trace_id_for(result.runs[0].run.run_id).hex()
                     last_trace = trace_id_for(result.runs[-1].run.run_id).hex()
                 rate = spans / max(time.monotonic() - started, 1e-9)
                 progress.update(task, completed=cursor - ids_plan.first_id + 1, rate=f"{rate:,.0f} spans/s")
 
-            total = poller.backfill(
-                ids_plan.first_id, ids_plan.last_id, advance, record_metrics=with_metrics, created_in=window.contains
-            )
+            try:
+                poller.backfill(
+                    ids_plan.first_id, ids_plan.last_id, advance, record_metrics=with_metrics, created_in=window.contains
+                )
+            except (SourceError, ExportError) as exc:  # what was sent stays sent: say where to resume
+                failure = exc
     click.echo(f"backfilled {total.run_count} runs ({total.spans} spans) {window.describe()} in {time.monotonic() - started:.1f}s")
     for line in where_to_find(first_trace, last_trace):
         click.echo(line)
-    warning = order_warning(ids_plan, total.outside_window, source)
+    # The order probes read the database; after a failure it may be away, and the resume line matters more.
+    warning = order_warning(ids_plan, total.outside_window, source) if failure is None else None
     if warning:
         console.print(f"[bold red]WARNING:[/] {warning}")
     if server:
         server.stop()
     if metrics:
         metrics.shutdown()
+    if failure is not None:
+        fail(f"{failure}; stopped after run id {read_to}: {resume_hint(read_to, ids_plan.last_id)}")
     if poller.stop_requested.is_set() and read_to < ids_plan.last_id:
-        fail(
-            f"stopped by SIGTERM after run id {read_to}: ids {read_to + 1}..{ids_plan.last_id} were not sent; "
-            f"resume with --from-id {read_to + 1} --to-id {ids_plan.last_id} (and the same --since/--until)"
-        )
+        fail(f"stopped by SIGTERM after run id {read_to}: {resume_hint(read_to, ids_plan.last_id)}")
 
 
 # -- the terminal commands ----------------------------------------------------

@@ -15,6 +15,7 @@ import click
 
 if TYPE_CHECKING:
     from .config import Config
+    from .masking import Scrubber
 
 # Imports that pull in SQLAlchemy, gRPC or the SDK happen inside the functions that
 # need them, so `run-otel --help` starts in a fraction of the time a command takes.
@@ -59,10 +60,22 @@ def load(config_path: Path | None, shard: str | None = None, demo: bool = False)
         fail(f"config: {exc}", EXIT_USAGE)
     except OSError as exc:
         fail(f"config: source.password_file: {exc.strerror}: {exc.filename}", EXIT_USAGE)
-    configure_logging(config)
+    configure_logging(config, scrubber=scrub_output(config))
     for line in overridden_file_keys(config_path):
         log.warning(line)
     return config
+
+
+def scrub_output(config: Config) -> Scrubber:
+    """From here on every line the command prints, on stdout or stderr (click, rich,
+    tracebacks), passes the same masking as the logs: a receiver or database that
+    quotes a configured secret back cannot get it printed."""
+    from .masking import ScrubbedStream, Scrubber
+
+    scrubber = Scrubber.for_config(config)
+    sys.stdout = ScrubbedStream(sys.stdout, scrubber)
+    sys.stderr = ScrubbedStream(sys.stderr, scrubber)
+    return scrubber
 
 
 def _parse_shard(text: str) -> tuple[int, int]:

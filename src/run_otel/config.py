@@ -13,6 +13,7 @@ import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -67,6 +68,7 @@ class PollConfig:
     retry_max_seconds: float = 60.0
     stuck_after_seconds: float = 300.0
     shutdown_timeout_seconds: float = 25.0
+    backfill_retry_seconds: float = 300.0
 
 
 @dataclass(frozen=True)
@@ -104,13 +106,42 @@ class FeedbackConfig:
     window_seconds: float = 86400.0
     interval_seconds: float = 60.0
     evaluation_name: str = "user_feedback"
-    # Label -> gen_ai.evaluation.score.value. Labels named here or in `negative`
-    # are metric label values as they are; any other feedback is "other".
-    scores: dict[str, float] = field(default_factory=lambda: {"UP": 1.0, "DOWN": 0.0})
-    negative: list[str] = field(default_factory=lambda: ["DOWN"])
+    # Label -> gen_ai.evaluation.score.value. A feedback value matches a label whatever
+    # its case, and with "-" or " " for "_"; the metric counts it under the label as
+    # written here. A value no label matches counts as "other", with a warning.
+    scores: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_FEEDBACK_SCORES))
+    negative: list[str] = field(default_factory=lambda: [k for k, v in DEFAULT_FEEDBACK_SCORES.items() if v == 0.0])
 
     def known_labels(self) -> frozenset[str]:
         return frozenset(self.scores) | frozenset(self.negative)
+
+    @cached_property
+    def _labels(self) -> dict[str, str]:
+        # The spelling in `negative` wins: it is what the alert's regex matches.
+        return {feedback_key(label): label for label in (*self.scores, *self.negative)}
+
+    def label_of(self, value: str | None) -> str | None:
+        """The configured label ``value`` means, or None when the config maps it to none."""
+        return self._labels.get(feedback_key(value)) if value is not None else None
+
+    @cached_property
+    def _scores(self) -> dict[str, float]:
+        return {feedback_key(label): score for label, score in self.scores.items()}
+
+    def score_of(self, value: str | None) -> float | None:
+        return self._scores.get(feedback_key(value)) if value is not None else None
+
+
+# The vocabularies agents commonly write, positive 1.0 and negative 0.0.
+DEFAULT_FEEDBACK_SCORES: dict[str, float] = {
+    "UP": 1.0, "DOWN": 0.0, "THUMBS_UP": 1.0, "THUMBS_DOWN": 0.0, "LIKE": 1.0, "DISLIKE": 0.0,
+    "POSITIVE": 1.0, "NEGATIVE": 0.0, "GOOD": 1.0, "BAD": 0.0, "HELPFUL": 1.0, "UNHELPFUL": 0.0, "1": 1.0, "0": 0.0,
+}
+
+
+def feedback_key(value: str) -> str:
+    """How feedback values and labels are compared: " Thumbs-down" is THUMBS_DOWN."""
+    return "_".join(value.strip().upper().replace("-", " ").split())
 
 
 @dataclass(frozen=True)
@@ -217,6 +248,7 @@ _NON_NEGATIVE = {
     ("poll", "run_timeout_seconds"),
     ("poll", "gap_timeout_seconds"),
     ("source", "connect_timeout_seconds"),
+    ("poll", "backfill_retry_seconds"),
 }
 
 

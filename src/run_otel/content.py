@@ -9,7 +9,9 @@ and cut before it may leave. ``source`` asks it which columns to read,
 columns must exist.
 
 ``error_message`` is not user content, but it often quotes input or a
-connection string, so it is always redacted.
+connection string, so it is always redacted. Every value, content or error,
+passes the one ``Cleaner``: the same credential corpus, the config's own
+secrets masked verbatim, and the PII patterns.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 
 from . import attributes as A
 from .config import ContentConfig
-from .redaction import REDACTED, Redactor
+from .redaction import REDACTED, Redactor, secret_patterns
 
 __all__ = ["REDACTED", "ContentPolicy", "Cleaner", "is_content_attribute"]
 
@@ -69,9 +71,10 @@ class Cleaner:
     max_length: int
 
     @classmethod
-    def build(cls, extra_patterns: Iterable[str], max_length: int) -> Cleaner:
+    def build(cls, extra_patterns: Iterable[str], max_length: int, secrets: Iterable[str] = ()) -> Cleaner:
+        """``secrets`` are the config's own (``masking.configured_secrets``), masked verbatim."""
         extra = tuple(re.compile(p) for p in (*PII_PATTERNS, *extra_patterns))
-        return cls(Redactor.for_secrets(extra), max_length)
+        return cls(Redactor.for_secrets(extra, first=secret_patterns(secrets)), max_length)
 
     def clean(self, value: str | bytes | None) -> str | None:
         if value is None:
@@ -94,8 +97,9 @@ class ContentPolicy:
     cleaner: Cleaner
 
     @classmethod
-    def build(cls, content: ContentConfig, conventions: Iterable[str]) -> ContentPolicy:
-        return cls(content.capture, "openinference" in conventions, Cleaner.build(content.redact, content.max_length))
+    def build(cls, content: ContentConfig, conventions: Iterable[str], secrets: Iterable[str] = ()) -> ContentPolicy:
+        cleaner = Cleaner.build(content.redact, content.max_length, secrets)
+        return cls(content.capture, "openinference" in conventions, cleaner)
 
     # -- what is read -----------------------------------------------------------
 

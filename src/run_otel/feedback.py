@@ -23,6 +23,7 @@ from .clock import SourceClock
 from .config import FeedbackConfig
 from .encoding import FastEncoder
 from .export import Sink
+from .feedback_vocab import UnmappedFeedback
 from .mapping import Mapper, shard_of
 from .poller import Recorder
 from .rows import FeedbackRow
@@ -61,6 +62,7 @@ class FeedbackPass:
         self._source_clock = source_clock
         self._recorder = recorder or Recorder()
         self._clock = clock
+        self._unmapped = UnmappedFeedback(config)
 
     def run(self) -> FeedbackResult:
         """One pass over the exported runs (up to the saved checkpoint) created within the window."""
@@ -72,6 +74,7 @@ class FeedbackPass:
         since = self._source_clock.naive(datetime.fromtimestamp(now - self._config.window_seconds, UTC))
         first_id = self._source.first_id_created_at_or_after(since)
         rated = [row for row in self._source.rated_runs(first_id, last_exported_id) if self._in_shard(row)]
+        self._unmapped.note(row.feedback for row in rated)
         sent_before = self._store.sent_feedback([row.run_id for row in rated])
         changed = [row for row in rated if sent_before.get(row.run_id) != row.feedback]
         if changed:
@@ -83,8 +86,8 @@ class FeedbackPass:
         return FeedbackResult(len(rated), len(changed))
 
     def _send(self, rows: list[FeedbackRow]) -> None:
-        name, scores = self._config.evaluation_name, self._config.scores
-        spans = [self._encoder.span(self._mapper.map_feedback(row, name, scores.get(row.feedback))) for row in rows]
+        name, score_of = self._config.evaluation_name, self._config.score_of
+        spans = [self._encoder.span(self._mapper.map_feedback(row, name, score_of(row.feedback))) for row in rows]
         # A feedback span is a few hundred bytes: 1000 keep a request far under receivers' 4 MiB limit.
         for start in range(0, len(spans), 1000):
             self._sink.send(self._encoder.request(spans[start : start + 1000]))

@@ -1,8 +1,8 @@
 """Logging: one line per record on stderr, text or JSON, times in UTC, no secrets.
 
 Every record, whatever library wrote it, passes the secret filter: the
-configured secrets (the source password, the export headers' values) are
-masked, then the same credential rules as exported text apply.
+configured secrets (``masking.configured_secrets``) are masked, then the same
+credential rules as exported text apply.
 """
 
 from __future__ import annotations
@@ -10,13 +10,10 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from .config import Config
-from .redaction import Redactor
-
-MASK = "***"
+from .masking import Scrubber
 
 # APScheduler logs two INFO lines per job run ("Running job", "executed
 # successfully"), even while every poll fails: about 35,000 lines a day.
@@ -51,16 +48,12 @@ class TextFormatter(logging.Formatter):
 class SecretFilter(logging.Filter):
     """Masks known secrets and redacts credential shapes in every record."""
 
-    def __init__(self, secrets: Iterable[str], redactor: Redactor):
+    def __init__(self, scrubber: Scrubber):
         super().__init__()
-        # Longest first, so a secret that contains another is masked whole.
-        self._secrets = sorted({s for s in secrets if s and len(s) >= 3}, key=len, reverse=True)
-        self._redactor = redactor
+        self._scrubber = scrubber
 
     def scrub(self, text: str) -> str:
-        for secret in self._secrets:
-            text = text.replace(secret, MASK)
-        return self._redactor.redact(text)
+        return self._scrubber.scrub(text)
 
     def filter(self, record: logging.LogRecord) -> bool:
         record.msg, record.args = self.scrub(record.getMessage()), None
@@ -70,22 +63,10 @@ class SecretFilter(logging.Filter):
         return True
 
 
-def configured_secrets(config: Config) -> list[str]:
-    """Secret values the config holds: the source password and the export headers."""
-    secrets = list(config.export.headers.values())
-    try:
-        password = config.source_url().password
-    except OSError:
-        password = None
-    if password:
-        secrets.append(str(password))
-    return secrets
-
-
-def configure_logging(config: Config, stream=None) -> SecretFilter:
+def configure_logging(config: Config, stream=None, scrubber: Scrubber | None = None) -> SecretFilter:
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter() if config.log.format == "json" else TextFormatter())
-    secret_filter = SecretFilter(configured_secrets(config), Redactor.for_secrets())
+    secret_filter = SecretFilter(scrubber or Scrubber.for_config(config))
     handler.addFilter(secret_filter)
     root = logging.getLogger()
     root.handlers[:] = [handler]

@@ -72,7 +72,7 @@ class BridgeMetrics(Recorder):
         self.provider = MeterProvider(metric_readers=readers, views=views, resource=resource)
         meter = self.provider.get_meter("run_otel", __version__)
         self._settle = config.poll.settle_seconds
-        self._feedback_labels = config.feedback.known_labels()
+        self._feedback = config.feedback
         self._count_feedback = config.feedback.enabled
         self._shard = shard_name(config)
         self._i: dict[str, Any] = {}
@@ -129,7 +129,7 @@ class BridgeMetrics(Recorder):
                 self._exemplars.record(I.RUN_DURATION, labels, trace_id, root_id, seconds)
             if run.feedback is not None and self._count_feedback:
                 # Exported with its rating: counted here, once; later changes count in feedback_sent.
-                self._get(I.FEEDBACK).add(1, I.FEEDBACK.labelled(label(run.feedback, self._feedback_labels), intent))
+                self._get(I.FEEDBACK).add(1, I.FEEDBACK.labelled(self._feedback.label_of(run.feedback) or OTHER, intent))
             if run.total_token_count:
                 self._get(I.RUN_TOKENS).add(max(run.total_token_count, 0), I.RUN_TOKENS.labelled(intent))
             for tool in exported.tools:
@@ -164,7 +164,7 @@ class BridgeMetrics(Recorder):
 
     def feedback_sent(self, rows) -> None:
         for row in rows:
-            feedback = label(row.feedback, self._feedback_labels)
+            feedback = self._feedback.label_of(row.feedback) or OTHER
             self._get(I.FEEDBACK).add(1, I.FEEDBACK.labelled(feedback, label(row.intent, INTENTS)))
 
     def export_failed(self) -> None:

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from .checkpoint import Checkpoint, CheckpointStore
 from .clock import SourceClock, zone_finding
@@ -22,6 +23,8 @@ from .export import Ack, Sink
 from .gcpolicy import BatchCollection
 from .mapping import MappedRun, Mapper, shard_of
 from .readahead import ReadAhead
+from .readings import read_run, read_tool
+from .reconnect import Reconnecting
 from .rows import TERMINAL_STATUSES, FeedbackRow, RunRow, ToolRow, is_terminal
 from .source import Source, SourceError
 from .transitions import Rules, advance, classify, expire_gaps, initial_checkpoint, timed_out
@@ -131,6 +134,10 @@ class Poller:
         self._shard_index, self._shard_total = config.shard
         self._unknown_statuses: set[str | None] = set()
         self.stop_requested = threading.Event()
+        # A backfill's reads outlive a database restart; the daemon has its own backoff between polls.
+        self._backfill_read = Reconnecting(
+            config.poll.backfill_retry_seconds, config.poll.retry_initial_seconds, config.poll.retry_max_seconds, self.stop_requested
+        )
         # Asked between batches of a long drain; the HA lease answers False once lost.
         self._keep_going = keep_going
         # time.monotonic() of the last batch started or finished, for liveness.
@@ -192,12 +199,15 @@ class Poller:
         if tools is None:
             tools = self._source.tools_for(r.run_id for r in runs) if runs else {}
         mapped: list[tuple[ExportedRun, MappedRun]] = []
-        for run in runs:
-            run_tools = tools.get(run.run_id, [])
+        for row in runs:
+            warnings: list[str] = []
+            run = read_run(row, warnings)
+            run_tools = [read_tool(tool, warnings) for tool in tools.get(run.run_id, [])]
             one = self.mapper.map_run(run, run_tools, incomplete=run.id in incomplete_ids)
-            for warning in one.warnings:
+            warnings += one.warnings
+            for warning in warnings:
                 log.warning("run %s: %s", run.run_id, warning)
-            result.warnings += len(one.warnings)
+            result.warnings += len(warnings)
             settled_at = self._source_clock.epoch(run.updated_at)
             mapped.append((ExportedRun(run, run_tools, run.id in incomplete_ids, len(one.spans), settled_at), one))
         for request_spans in self._requests(m for _, m in mapped):
@@ -242,14 +252,14 @@ class Poller:
         """The id range's batches with their tool rows: pure reads, run in the read-ahead thread."""
         cursor = first_id - 1
         while cursor < last_id and not self.stop_requested.is_set():
-            runs = self._source.runs_after(cursor, self._poll.batch_size, until_id=last_id)
+            runs = self._backfill_read(partial(self._source.runs_after, cursor, self._poll.batch_size, until_id=last_id))
             if not runs:
                 return
             cursor = runs[-1].id
             now = self._clock()
             inside = [run for run in runs if created_in(run)]
             ready = [r for r in inside if self._in_shard(r) and (is_terminal(r.status) or self._timed_out(r, now))]
-            tools = self._source.tools_for(r.run_id for r in ready) if ready else {}
+            tools = self._backfill_read(partial(self._source.tools_for, [r.run_id for r in ready])) if ready else {}
             yield _BackfillBatch(cursor, inside, ready, tools, len(runs) - len(inside))
 
     # -- one batch ----------------------------------------------------------
@@ -285,7 +295,10 @@ class Poller:
         result.pending, result.gaps = len(following.pending), len(following.gaps)
         result.full_batch = len(new_runs) >= self._poll.batch_size
         result.next_settle_at = decided.next_settle_at
-        self._recorder.runs_exported(result, acked_at)
+        try:
+            self._recorder.runs_exported(result, acked_at)
+        except Exception:  # the batch is sent and checkpointed: a metric must not turn that into a failed poll
+            log.exception("metrics: recording the exported runs failed; the runs were exported and checkpointed")
         return result
 
     def _record_backlog(self) -> None:

@@ -27,6 +27,8 @@ from collections.abc import Iterable
 from re import Match, Pattern
 
 REDACTED = "[REDACTED]"
+# A configured secret shorter than this would mask ordinary words; one that short is not one.
+MIN_SECRET = 3
 
 # detect-secrets detectors whose patterns are safe on free text. Left out: the
 # keyword and high-entropy detectors (they over-redact hostnames, hashes and
@@ -58,9 +60,16 @@ _PROVIDER_DETECTORS = (
 _CREDENTIAL_WORDS = (
     r"passw(?:or)?d|pwd|(?<![a-z])pass|secret|token|credentials?|"
     r"(?:api|access|secret|private|auth|client|account|master|encryption|signing|session|shared[_-]?access)[_-]?key|"
-    r"apikey|sig|signature|private[_-]?key[_-]?id"
+    r"apikey|sig|signature|private[_-]?key[_-]?id|passphrase"
 )
-_VALUE = r"""(?:"(?:[^"\\]|\\.)+"|'[^']+'|(?!\[REDACTED\])[^\s,;'"}\]\)&]+)"""
+# The key, its closing quote (escaped too, at any depth, as in JSON held inside a JSON string), the separator.
+_KEY = rf"""(?:{_CREDENTIAL_WORDS})(?:\\*["'])?\s*"""
+# A quoted value: the quotes stay, so a JSON document stays JSON; only what is between them goes.
+_QUOTED = (
+    r"""(?:[:=]\s*|\s)(?:"(?P<dq>(?:[^"\\]|\\.)+)"|(?P<bs>\\+)"(?P<eq>(?:(?!(?P=bs)")[^"])+)(?P=bs)"|'(?P<sq>[^']+)')"""
+)
+# An unquoted value; not an object or list (the keys inside them are judged one by one).
+_VALUE = r"""(?!\[REDACTED\])(?![\\"'{\[])[^\s,;'"}\]\)&]+"""
 
 _SHAPES: tuple[tuple[str, str], ...] = (
     # PEM private keys, the whole block (or up to the end when cut short)
@@ -74,11 +83,9 @@ _SHAPES: tuple[tuple[str, str], ...] = (
     # JSON Web Tokens, signature included
     ("jwt", r"\beyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*"),
     # KEY=value, "key": "value", key: value, --password value; MySQL's "using password: YES/NO" is not a secret
-    (
-        "assignment",
-        rf"""(?i)(?P<keep>(?:{_CREDENTIAL_WORDS})["']?\s*(?:[:=]|\s(?=["']))\s*)(?!(?:YES|NO)\b){_VALUE}""",
-    ),
-    ("flag", rf"(?i)(?P<keep>--?(?:password|passwd|pwd|token|secret|api-key)[= ])(?!\[REDACTED\]){_VALUE}"),
+    ("quoted", rf"""(?i){_KEY}{_QUOTED}"""),
+    ("assignment", rf"""(?i)(?P<keep>{_KEY}[:=]\s*)(?!(?:YES|NO)\b){_VALUE}"""),
+    ("flag", rf"""(?i)(?P<keep>--?(?:password|passwd|pwd|token|secret|api-key)[= ])(?!\[REDACTED\])(?:"[^"]+"|'[^']+'|{_VALUE})"""),
     # vendor keys detect-secrets lacks
     ("sk", r"\b(?:sk|rk|pk)[-_](?:live_|test_|proj-|ant-)?[A-Za-z0-9_-]{16,}"),
     ("google", r"\bAIza[0-9A-Za-z_-]{35}\b|\bya29\.[0-9A-Za-z_-]{20,}"),
@@ -98,6 +105,12 @@ def provider_patterns() -> tuple[Pattern[str], ...]:
     return tuple(patterns)
 
 
+def secret_patterns(secrets: Iterable[str]) -> tuple[Pattern[str], ...]:
+    """Known secret values (the config's own) as literal patterns, longest first."""
+    ordered = sorted({s for s in secrets if len(s) >= MIN_SECRET}, key=len, reverse=True)
+    return tuple(re.compile(re.escape(s)) for s in ordered)
+
+
 def shape_patterns() -> tuple[Pattern[str], ...]:
     return tuple(re.compile(pattern, re.DOTALL if name == "pem" else 0) for name, pattern in _SHAPES)
 
@@ -106,6 +119,9 @@ def _secret_span(match: Match[str]) -> tuple[int, int]:
     """The part of a match that is the secret: after a ``keep`` group, or a
     detect-secrets pattern's one capture group when it is the token itself."""
     names = match.re.groupindex
+    for quoted in ("dq", "eq", "sq"):
+        if quoted in names and match.group(quoted) is not None:
+            return match.span(quoted)
     if "keep" in names:
         return match.end("keep"), match.end()
     if match.re.groups == 1 and match.group(1) and match.end(1) - match.start(1) >= 16:
@@ -120,8 +136,9 @@ class Redactor:
         self._patterns = tuple(patterns)
 
     @classmethod
-    def for_secrets(cls, extra: Iterable[Pattern[str]] = ()) -> Redactor:
-        return cls((*shape_patterns(), *provider_patterns(), *extra))
+    def for_secrets(cls, extra: Iterable[Pattern[str]] = (), first: Iterable[Pattern[str]] = ()) -> Redactor:
+        """``first`` runs before the shapes: literal secrets, matched whole before a shape cuts into them."""
+        return cls((*first, *shape_patterns(), *provider_patterns(), *extra))
 
     def redact(self, text: str) -> str:
         for pattern in self._patterns:

@@ -80,18 +80,21 @@ def trace_links(config: Config, trace_id_hex: str) -> list[str]:
 
 def print_trace(console: Console, config: Config, source: Source, run_id: str) -> bool:
     """Prints the span tree of ``run_id`` as it would be exported; False if unknown."""
-    run = source.run_by_run_id(run_id)
-    if run is None:
+    row = source.run_by_run_id(run_id)
+    if row is None:
         return False
-    tools = source.tools_for([run.run_id])[run.run_id]
+    from .readings import read_run, read_tool
     from .wiring import build_mapper  # wiring imports the metrics; keep `show` light
 
+    warnings: list[str] = []
+    run = read_run(row, warnings)
+    tools = [read_tool(tool, warnings) for tool in source.tools_for([run.run_id])[run.run_id]]
     mapped = build_mapper(config).map_run(run, tools)
     console.print(f"trace {mapped.root.trace_id.hex()}  ({run.run_id})")
     if not is_terminal(run.status):
         console.print(f"[yellow]not exported yet: status {run.status}; it will be once it finishes or times out[/]")
     console.print(span_tree(mapped))
-    for warning in mapped.warnings:
+    for warning in warnings + mapped.warnings:
         console.print(f"[yellow]warning:[/] {warning}")
     for link in trace_links(config, mapped.root.trace_id.hex()):
         console.print(f"open: {link}")

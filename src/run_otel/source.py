@@ -13,10 +13,11 @@ from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
-from sqlalchemy import Engine, create_engine, event, func, select
+from sqlalchemy import Boolean, Engine, create_engine, event, func, select, type_coerce
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import NoSuchModuleError, SQLAlchemyError
 from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.sqltypes import NullType
 
 from .clock import ClockSample, SourceClock
 from .config import VERIFYING_TLS_MODES, Config, ConfigError, SourceConfig
@@ -41,6 +42,10 @@ class Backlog(NamedTuple):
 
 class SourceError(RuntimeError):
     """The database could not be read. The message never holds a password."""
+
+
+class ConnectionLost(SourceError):
+    """The connection to the database was lost or refused: worth retrying."""
 
 
 def safe_url(url: URL) -> str:
@@ -176,9 +181,19 @@ def _session_setup(source: SourceConfig):
 
 
 # Server errors that mean a statement hit the timeout rather than failed.
-_TIMEOUT_ERRORS = {1969: "max_statement_time", 3024: "max_execution_time", 1205: "lock_wait_timeout", 2013: "read timeout"}
+_TIMEOUT_ERRORS = {1969: "max_statement_time", 3024: "max_execution_time", 1205: "lock_wait_timeout"}
+# Client errors that mean the connection is gone (the server restarted, a failover, a
+# dropped network): 2003 cannot connect, 2006 server has gone away, 2013 lost during
+# a query (also the read-timeout backstop's), 2055 mysql-connector's lost connection.
+_CONNECTION_ERRORS = frozenset({2003, 2006, 2013, 2055})
 _NO_SUCH_FUNCTION = 1305  # MySQL/MariaDB: FUNCTION ... does not exist
 _TLS_FAILED = 2026  # the client's "SSL connection error", often with only OpenSSL's own words
+
+
+def _as_stored(column: ColumnElement) -> ColumnElement:
+    """A BOOLEAN column as the database returns it: SQLAlchemy's own conversion makes any
+    non-empty text true, 'false' included, so ``readings`` reads the value by meaning."""
+    return type_coerce(column, NullType()).label(column.name) if isinstance(column.type, Boolean) else column
 
 
 def _chunks(values: Sequence, size: int) -> Iterator[Sequence]:
@@ -198,7 +213,7 @@ class Source:
         run_cols = RUN_COLUMNS + content.run_columns()
         tool_cols = TOOL_COLUMNS + content.tool_columns()
         self._run_select = select(*(diagnosis_run.c[name] for name in run_cols))
-        columns: list[ColumnElement] = [tool_invocation.c[name] for name in tool_cols]
+        columns: list[ColumnElement] = [_as_stored(tool_invocation.c[name]) for name in tool_cols]
         # Without capture, MySQL/MariaDB summarize retrieval_details themselves: the evidence
         # text, often kilobytes a call, then never leaves the database.
         self._evidence_at = TOOL_COLUMNS.index("retrieval_details") if self._summarize_evidence(content, config.source) else None
@@ -236,6 +251,13 @@ class Source:
         except SQLAlchemyError as exc:
             reason = getattr(exc, "orig", None) or exc.__class__.__name__
             code = getattr(reason, "args", (None,))[0] if getattr(reason, "args", None) else None
+            # SQLAlchemy's own disconnect test knows each driver's words for it, such as
+            # mysql-connector's "MySQL Connection not available" with no error code.
+            if code in _CONNECTION_ERRORS or getattr(exc, "connection_invalidated", False):
+                raise ConnectionLost(
+                    f"database {self.describe()}: lost the connection (the server restarted or went away, "
+                    f"or the network dropped it): {reason}"
+                ) from None
             if code in _TIMEOUT_ERRORS:
                 reason = (
                     f"a statement ran past source.statement_timeout_seconds ({self._statement_timeout:g}s; "

@@ -16,6 +16,7 @@ from .encoding import FastEncoder, resource_attributes
 from .export import Sink, build_sink
 from .feedback import FeedbackPass
 from .mapping import Mapper
+from .masking import configured_secrets
 from .metrics import BridgeMetrics, HealthServer, build_metrics, readiness
 from .poller import Poller, Recorder
 from .source import Source
@@ -28,7 +29,8 @@ class MetricsPortError(OSError):
 
 
 def build_mapper(config: Config, clock: SourceClock | None = None) -> Mapper:
-    return Mapper(config, clock or SourceClock(config.source.timezone), ContentPolicy.build(config.content, config.trace.conventions))
+    content = ContentPolicy.build(config.content, config.trace.conventions, configured_secrets(config))
+    return Mapper(config, clock or SourceClock(config.source.timezone), content)
 
 
 def build_poller(

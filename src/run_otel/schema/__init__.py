@@ -5,6 +5,7 @@ spelled once. JSON columns are declared as Text: run-otel parses them itself,
 tolerantly, because a malformed document must never stop the pipeline.
 """
 
+import re
 from importlib.resources import files
 
 from sqlalchemy import (
@@ -93,3 +94,21 @@ def mysql_statements() -> list[str]:
     """The DDL split into statements, for drivers that run one at a time."""
     lines = [line for line in mysql_ddl().splitlines() if not line.lstrip().startswith("--")]
     return [stmt.strip() for stmt in "\n".join(lines).split(";") if stmt.strip()]
+
+
+# How information_schema.COLUMNS.DATA_TYPE names a documented type where the two differ:
+# BOOLEAN is TINYINT(1), and MariaDB stores JSON as LONGTEXT.
+_DATA_TYPES = {"boolean": ("tinyint",), "json": ("json", "longtext")}
+
+
+def documented_types() -> dict[tuple[str, str], tuple[str, ...]]:
+    """(table, column) -> the DATA_TYPE values the documented DDL allows, from mysql.sql."""
+    found: dict[tuple[str, str], tuple[str, ...]] = {}
+    for statement in mysql_statements():
+        table = re.match(r"CREATE TABLE IF NOT EXISTS (\w+)", statement)
+        if not table:
+            continue
+        for name, kind in re.findall(r"^\s+(\w+)\s+([A-Z]+)\b", statement, re.MULTILINE):
+            if name.upper() not in ("PRIMARY", "KEY", "UNIQUE"):
+                found[(table.group(1), name)] = _DATA_TYPES.get(kind.lower(), (kind.lower(),))
+    return found
