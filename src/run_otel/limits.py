@@ -39,7 +39,7 @@ class AttributeLimits:
         attrs = span.attributes
         n, m = self.value_length, self.list_length
         # A documents list longer than the cap needs more attributes than the cap: skip its scan below that.
-        if len(attrs) <= m and not any(_too_long(v, n, m) for _, v in attrs):
+        if len(attrs) <= m and not self._any_too_long(attrs):
             return span
         cut: list[str] = []
         kept: list[tuple[str, AttrValue]] = []
@@ -57,6 +57,19 @@ class AttributeLimits:
         if not cut:
             return span
         return with_cut(span._replace(attributes=tuple(kept)), cut, dropped, m)
+
+
+    def _any_too_long(self, attrs: tuple) -> bool:
+        # Runs for every span: a plain loop, no call per attribute.
+        n, m = self.value_length, self.list_length
+        for _, value in attrs:
+            kind = value.__class__
+            if kind is str:
+                if len(value) > n:
+                    return True
+            elif kind is tuple and value and (len(value) > m or max(map(len, value)) > n):
+                return True
+        return False
 
 
 def _too_long(value: AttrValue, n: int, m: int) -> bool:
