@@ -194,6 +194,11 @@ class Receiver:
     # Answer UNAUTHENTICATED, quoting the authorization header sent; what was answered is kept in quoted.
     refuse_credentials: bool = False
     quoted: list = field(default_factory=list)
+    # gRPC's default receive limit (4 MiB), as the collector and Jaeger keep it, unless a
+    # test stands for a receiver (or a proxy in front of one) that takes less.
+    max_receive_bytes: int | None = None
+    # Answer a partial_success that rejects nothing but carries this message (a receiver's warning).
+    warning: str = ""
 
     def __post_init__(self):
         self._lock = threading.Lock()
@@ -218,10 +223,13 @@ class Receiver:
         if self.reject_every:
             response.partial_success.rejected_spans = self.reject_every
             response.partial_success.error_message = "test receiver rejects spans"
+        elif self.warning:
+            response.partial_success.error_message = self.warning
         return response
 
     def start(self) -> None:
-        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4), options=[("grpc.max_receive_message_length", 64 << 20)])
+        options = [] if self.max_receive_bytes is None else [("grpc.max_receive_message_length", self.max_receive_bytes)]
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4), options=options)
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_TraceService(self), self._server)
         self._server.add_insecure_port(f"127.0.0.1:{self.port}")
         self._server.start()

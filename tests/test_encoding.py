@@ -26,6 +26,7 @@ spans = st.builds(
     end_ns=st.integers(min_value=0, max_value=2**64 - 1),
     attributes=st.lists(st.tuples(st.text(min_size=1, max_size=30), attribute_value), max_size=12).map(tuple),
     status_code=st.sampled_from([0, 1, 2]),
+    dropped_attributes_count=st.sampled_from([0]) | st.integers(min_value=1, max_value=2**32 - 1),
     status_message=text,
 )
 resources = st.dictionaries(st.text(min_size=1, max_size=20), text, max_size=5)

@@ -56,6 +56,8 @@ RUN_PUBLISHED_RESULT = "diagnosis.run.published_result"
 RUN_TOOL_SPAN_LIMIT = "diagnosis.run.tool_span_limit"
 RUN_TOOL_SPANS_DROPPED = "diagnosis.run.tool_spans_dropped"
 STEP_ID = "diagnosis.step.id"
+# The keys of a span's attributes that were cut short or removed to fit the limits.
+RUN_OTEL_ATTRIBUTES_CUT = "run_otel.attributes.cut"
 
 # tool_invocation
 RAG_RETRIEVAL_LAYER = "rag.retrieval_layer"

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .cliutil import CONFIG_OPTION, EXIT_FAILED, EXIT_USAGE, SHARD_OPTION, fail, guarded, load
+from .cliutil import CONFIG_OPTION, EXIT_FAILED, EXIT_PARTIAL, EXIT_USAGE, SHARD_OPTION, fail, guarded, load
 from .opscli import COMMANDS as OPERATOR_COMMANDS
 from .times import TimeParam
 
@@ -44,23 +44,31 @@ def once(config_path: Path | None, shard: str | None) -> None:
     """Poll once: export every finished run since the checkpoint, then exit.
 
     Exits 0 when the receiver acknowledged everything (the checkpoint is then
-    saved), 1 with a one-line reason otherwise (the checkpoint does not move).
+    saved), 1 with a one-line reason otherwise (the checkpoint does not move),
+    and 3 when the checkpoint moved but some spans were not delivered: the
+    receiver rejected them (partial_success) or run-otel dropped them as too
+    large to send. They are not sent again.
     """
     config = load(config_path, shard)
+    undelivered = 0
 
     def body() -> None:
+        nonlocal undelivered
         from .daemon import summary
         from .wiring import build_feedback, build_poller
 
         poller = build_poller(config)
         result = poller.poll()
         click.echo(summary(result))
+        undelivered = result.rejected_spans + result.dropped_spans
         feedback = build_feedback(config, poller)
         if feedback:
             checked = feedback.run()
             click.echo(f"feedback: {checked.rated} rated runs in the window, {checked.sent} new or changed sent")
 
     guarded(body)
+    if undelivered:
+        fail(f"{undelivered} spans were not delivered (see the warnings above); the checkpoint moved past them", EXIT_PARTIAL)
 
 
 @cli.command()

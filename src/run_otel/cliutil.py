@@ -24,6 +24,8 @@ log = logging.getLogger("run_otel")
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+# Done and checkpointed, but some spans were rejected by the receiver or dropped as too large.
+EXIT_PARTIAL = 3
 
 CONFIG_OPTION = click.option(
     "--config",

@@ -80,6 +80,8 @@ class ExportConfig:
     insecure: bool = True
     compression: str = "none"
     max_attempts: int = 3
+    # Under the 4 MiB gRPC receive limit most receivers keep (the collector's, Jaeger's).
+    max_request_bytes: int = 3 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,8 @@ class TraceConfig:
     project_name: str = ""
     tool_time_anchor: str = "end"
     max_spans_per_trace: int = 1000
+    max_attribute_length: int = 4096
+    max_list_length: int = 128
 
 
 @dataclass(frozen=True)
@@ -225,6 +229,8 @@ _CHOICES = {
     ("log", "level"): ("DEBUG", "INFO", "WARNING", "ERROR"),
 }
 _CONVENTIONS = ("gen_ai", "openinference")
+# Below this a request holds too few spans, and a span's name and status alone may not fit.
+MIN_REQUEST_BYTES = 64 * 1024
 _POSITIVE = {
     ("feedback", "window_seconds"),
     ("feedback", "interval_seconds"),
@@ -237,6 +243,8 @@ _POSITIVE = {
     ("export", "max_attempts"),
     ("content", "max_length"),
     ("trace", "max_spans_per_trace"),
+    ("trace", "max_attribute_length"),
+    ("trace", "max_list_length"),
     ("ha", "takeover_seconds"),
     ("metrics", "otlp_interval_seconds"),
     ("source", "statement_timeout_seconds"),
@@ -407,6 +415,10 @@ def _validate(config: Config) -> None:
         raise ConfigError(
             f"ha.takeover_seconds ({config.ha.takeover_seconds:g}) must be longer than poll.interval_seconds "
             f"({config.poll.interval_seconds:g}): the active instance renews its lease once per poll"
+        )
+    if config.export.max_request_bytes < MIN_REQUEST_BYTES:
+        raise ConfigError(
+            f"export.max_request_bytes must be at least {MIN_REQUEST_BYTES} (64 KiB), got {config.export.max_request_bytes}"
         )
     if not 0 < config.metrics.port < 65536:
         raise ConfigError(f"metrics.port must be a TCP port, got {config.metrics.port}")

@@ -38,6 +38,7 @@ def summary(result: PollResult) -> str:
         f"exported {result.run_count} runs ({result.spans} spans); "
         f"{result.pending} pending, {result.gaps} gaps"
         + (f"; receiver rejected {result.rejected_spans} spans" if result.rejected_spans else "")
+        + (f"; dropped {result.dropped_spans} spans too large to send" if result.dropped_spans else "")
     )
 
 

@@ -57,6 +57,7 @@ def encode_span(span: SpanData) -> Span:
         start_time_unix_nano=span.start_ns,
         end_time_unix_nano=span.end_ns,
         attributes=[KeyValue(key=k, value=any_value(v)) for k, v in span.attributes],
+        dropped_attributes_count=span.dropped_attributes_count,
         status=Status(code=span.status_code, message=span.status_message),  # type: ignore[arg-type]  # enum ints
     )
 
@@ -174,6 +175,8 @@ class FastEncoder:
                     cache.clear()
                 cache[cache_key] = field
             parts.append(field)
+        if span.dropped_attributes_count:
+            parts += (b"\x50", _varint(span.dropped_attributes_count))
         status = b""
         if span.status_message:
             status = _field(b"\x12", span.status_message.encode("utf-8", "replace"))

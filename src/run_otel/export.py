@@ -50,6 +50,16 @@ class ExportError(RuntimeError):
     """The receiver did not acknowledge the request; the checkpoint must not move."""
 
 
+class TooLarge(ExportError):
+    """The receiver refused the request for its size (gRPC "larger than max", HTTP 413):
+    sent again as it is, it would be refused forever, so it is never retried unchanged."""
+
+
+def _too_large(code: grpc.StatusCode, details: str | None) -> bool:
+    # RESOURCE_EXHAUSTED is also a receiver's back-pressure (a memory limiter), which is retried.
+    return code == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in (details or "").lower()
+
+
 @dataclass(frozen=True)
 class Ack:
     rejected_spans: int = 0
@@ -169,6 +179,8 @@ class GrpcSink:
             )
         except grpc.RpcError as exc:
             reason = f"{exc.code().name}: {exc.details()}"
+            if _too_large(exc.code(), exc.details()):
+                raise TooLarge(f"{self.describe()}: {reason}") from None
             if exc.code() in _RETRYABLE_GRPC:
                 raise _Retryable(reason, grpc_retry_delay(exc)) from None
             raise ExportError(f"{self.describe()}: {reason}") from None
@@ -204,6 +216,8 @@ class HttpSink:
             response = self._session.post(self._url, data=body, headers=self._headers, timeout=self._timeout)
         except requests.RequestException as exc:
             raise _Retryable(type(exc).__name__) from None
+        if response.status_code == 413:
+            raise TooLarge(f"{self.describe()}: HTTP 413 {response.text[:200]}")
         if response.status_code in _RETRYABLE_HTTP:
             raise _Retryable(f"HTTP {response.status_code}", http_retry_delay(response.headers.get("Retry-After")))
         if response.status_code != 200:

@@ -20,6 +20,7 @@ from .clock import SourceClock
 from .config import Config
 from .content import ContentPolicy
 from .evidence import Evidence, summarize
+from .limits import AttributeLimits
 from .memo import Memo
 from .rows import RELEVANCE_LEVELS, RETRIEVAL_LAYERS, FeedbackRow, RunRow, ToolRow
 
@@ -50,6 +51,8 @@ class SpanData(NamedTuple):
     attributes: tuple[tuple[str, AttrValue], ...]
     status_code: int = STATUS_UNSET
     status_message: str = ""
+    # Attributes removed to fit the limits (OTLP's own count; see limits.py).
+    dropped_attributes_count: int = 0
 
     def attribute_map(self) -> dict[str, AttrValue]:
         return dict(self.attributes)
@@ -116,6 +119,7 @@ class Mapper:
         self._openinference = "openinference" in config.trace.conventions
         self._anchor_start = config.trace.tool_time_anchor == "start"
         self._cap = config.trace.max_spans_per_trace
+        self._limits = AttributeLimits.from_config(config.trace)
         self._content = content or ContentPolicy.build(config.content, config.trace.conventions)
         # Error messages repeat (the same timeout across thousands of calls): redact each once.
         self._error_texts = Memo(self._content.error_text, 1024)
@@ -165,7 +169,8 @@ class Mapper:
             attributes=self._run_attributes(run, incomplete, len(tools) - len(kept)),
             **self._run_status(run, incomplete),
         )
-        return MappedRun([root, *children], warnings)
+        limit = self._limits.apply
+        return MappedRun([limit(root), *(limit(child) for child in children)], warnings)
 
     def _run_start_ns(self, run: RunRow, warnings: list[str]) -> int:
         start = self._epoch_ns(run.created_at)

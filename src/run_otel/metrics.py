@@ -136,7 +136,8 @@ class BridgeMetrics(Recorder):
                 self._record_tool(tool, trace_id, tool_span_id_for(run.run_id, tool.id))
             if exported.settled_at is not None:
                 self._get(I.EXPORT_DELAY).record(max(acked_at - exported.settled_at - self._settle, 0.0))
-        self._get(I.EXPORTED_SPANS).add(result.spans)
+        # Only what the receiver took: rejected and dropped spans have counters of their own.
+        self._get(I.EXPORTED_SPANS).add(result.accepted_spans)
         if result.rejected_spans:
             self._get(I.REJECTED_SPANS).add(result.rejected_spans)
 
@@ -166,6 +167,9 @@ class BridgeMetrics(Recorder):
         for row in rows:
             feedback = self._feedback.label_of(row.feedback) or OTHER
             self._get(I.FEEDBACK).add(1, I.FEEDBACK.labelled(feedback, label(row.intent, INTENTS)))
+
+    def spans_dropped(self, reason: str, count: int) -> None:
+        self._get(I.DROPPED_SPANS).add(count, I.DROPPED_SPANS.labelled(reason))
 
     def export_failed(self) -> None:
         self._get(I.EXPORT_FAILURES).add(1)

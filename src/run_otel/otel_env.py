@@ -22,6 +22,7 @@ _EXPORT_KEYS = {
     "insecure": (V.OTEL_EXPORTER_OTLP_TRACES_INSECURE, V.OTEL_EXPORTER_OTLP_INSECURE),
     "compression": (V.OTEL_EXPORTER_OTLP_TRACES_COMPRESSION, V.OTEL_EXPORTER_OTLP_COMPRESSION),
 }
+_VALUE_LENGTH = (V.OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT, V.OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT)
 
 
 def otel_environment(env: Mapping[str, str], error: type[Exception] = ValueError) -> dict[str, dict[str, Any]]:
@@ -32,6 +33,13 @@ def otel_environment(env: Mapping[str, str], error: type[Exception] = ValueError
             out.setdefault("export", {})[key] = _value(key, name, env[name], error)
     if env.get(V.OTEL_SERVICE_NAME):
         out["service"] = {"name": env[V.OTEL_SERVICE_NAME]}
+    # The SDK's attribute value limit, as trace.max_attribute_length.
+    name = next((n for n in _VALUE_LENGTH if env.get(n)), None)
+    if name is not None:
+        try:
+            out["trace"] = {"max_attribute_length": int(env[name])}
+        except ValueError:
+            raise error(f"{name} must be a whole number of characters, got {env[name]!r}") from None
     return out
 
 

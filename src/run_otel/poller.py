@@ -19,20 +19,18 @@ from .checkpoint import Checkpoint, CheckpointStore
 from .clock import SourceClock, zone_finding
 from .config import Config
 from .encoding import FastEncoder
-from .export import Ack, Sink
+from .export import Sink
 from .gcpolicy import BatchCollection
 from .mapping import MappedRun, Mapper, shard_of
 from .readahead import ReadAhead
 from .readings import read_run, read_tool
 from .reconnect import Reconnecting
 from .rows import TERMINAL_STATUSES, FeedbackRow, RunRow, ToolRow, is_terminal
+from .sending import RequestSender
 from .source import Source, SourceError
 from .transitions import Rules, advance, classify, expire_gaps, initial_checkpoint, timed_out
 
 log = logging.getLogger(__name__)
-
-# Spans per request stay under the 4 MiB gRPC default of most collectors.
-MAX_REQUEST_BYTES = 3 * 1024 * 1024
 
 
 @dataclass
@@ -54,6 +52,7 @@ class PollResult:
     run_count: int = 0
     spans: int = 0
     rejected_spans: int = 0
+    dropped_spans: int = 0  # given up on as too large, after splitting and cutting
     warnings: int = 0
     pending: int = 0
     gaps: int = 0
@@ -63,10 +62,16 @@ class PollResult:
     # When the first finished-but-unsettled run becomes exportable (Unix time).
     next_settle_at: float | None = None
 
+    @property
+    def accepted_spans(self) -> int:
+        """The spans the receiver took: neither rejected by it nor dropped by run-otel."""
+        return max(self.spans - self.rejected_spans - self.dropped_spans, 0)
+
     def add(self, other: PollResult) -> None:
         self.run_count += other.run_count
         self.spans += other.spans
         self.rejected_spans += other.rejected_spans
+        self.dropped_spans += other.dropped_spans
         self.warnings += other.warnings
         self.outside_window += other.outside_window
         self.pending, self.gaps, self.full_batch = other.pending, other.gaps, other.full_batch
@@ -102,6 +107,8 @@ class Recorder:
 
     def feedback_sent(self, rows: Sequence[FeedbackRow]) -> None: ...
 
+    def spans_dropped(self, reason: str, count: int) -> None: ...
+
 
 class Poller:
     def __init__(
@@ -127,6 +134,9 @@ class Poller:
         self._source_clock = source_clock
         self.mapper = mapper
         self._encoder = encoder
+        self._sender = RequestSender(
+            sink, encoder, config.export.max_request_bytes, config.trace.max_list_length, self._recorder.spans_dropped
+        )
         self._rules = Rules.from_config(config.poll)
         self._zone_checked = False
         self._high_water: int | None = None
@@ -210,10 +220,8 @@ class Poller:
             result.warnings += len(warnings)
             settled_at = self._source_clock.epoch(run.updated_at)
             mapped.append((ExportedRun(run, run_tools, run.id in incomplete_ids, len(one.spans), settled_at), one))
-        for request_spans in self._requests(m for _, m in mapped):
-            ack = self._sink.send(self._encoder.request(request_spans))
-            self._note_rejections(ack, len(request_spans))
-            result.rejected_spans += ack.rejected_spans
+        sent = self._sender.send((exported.run.run_id, one.spans) for exported, one in mapped)
+        result.rejected_spans, result.dropped_spans = sent.rejected, sent.dropped
         result.runs = [exported for exported, _ in mapped]
         result.run_count = len(result.runs)
         result.spans = sum(e.span_count for e in result.runs)
@@ -356,23 +364,3 @@ class Poller:
         if status not in self._unknown_statuses:
             self._unknown_statuses.add(status)
             log.warning("unknown diagnosis_run.status %r: treated as terminal", status)
-
-    def _note_rejections(self, ack: Ack, sent: int) -> None:
-        if ack.rejected_spans:
-            log.warning("receiver rejected %d of %d spans: %s", ack.rejected_spans, sent, ack.message or "no reason given")
-
-    def _requests(self, runs: Iterator[MappedRun]) -> Iterator[list[bytes]]:
-        """Encoded spans grouped into requests of at most MAX_REQUEST_BYTES; a run never splits."""
-        batch: list[bytes] = []
-        size = 0
-        encode = self._encoder.span
-        for mapped in runs:
-            encoded = [encode(span) for span in mapped.spans]
-            run_size = sum(len(s) for s in encoded)
-            if batch and size + run_size > MAX_REQUEST_BYTES:
-                yield batch
-                batch, size = [], 0
-            batch.extend(encoded)
-            size += run_size
-        if batch:
-            yield batch
