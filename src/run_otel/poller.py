@@ -24,6 +24,7 @@ from .mapping import MappedRun, Mapper, shard_of
 from .readahead import ReadAhead
 from .rows import TERMINAL_STATUSES, FeedbackRow, RunRow, ToolRow, is_terminal
 from .source import Source, SourceError
+from .source_guard import SourceGuard
 from .transitions import Rules, advance, classify, expire_gaps, initial_checkpoint, timed_out
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,8 @@ class Recorder:
 
     def feedback_sent(self, rows: Sequence[FeedbackRow]) -> None: ...
 
+    def checkpoint_ahead(self, runs: int) -> None: ...
+
 
 class Poller:
     def __init__(
@@ -129,6 +132,8 @@ class Poller:
         self._high_water: int | None = None
         self._shard_index, self._shard_total = config.shard
         self._unknown_statuses: set[str | None] = set()
+        where = f"{store.name} in {store.describe()}"
+        self._guard = SourceGuard(source, where, config.shard, self._recorder.checkpoint_ahead, store.saved_at)
         self.stop_requested = threading.Event()
         # Asked between batches of a long drain; the HA lease answers False once lost.
         self._keep_going = keep_going
@@ -259,6 +264,7 @@ class Poller:
         self._check_zone_once()
         now = self._clock()
         new_runs = self._source.runs_after(checkpoint.high_water, self._poll.batch_size)
+        self._guard.check(checkpoint.high_water, new_runs, self._poll.batch_size)
         rechecked = self._source.runs_by_ids(checkpoint.pending.keys() | checkpoint.gaps.keys())
         following = checkpoint.copy()
         dropped = advance(following, [run.id for run in new_runs], now)
