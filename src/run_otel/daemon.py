@@ -98,9 +98,13 @@ class Daemon:
 
     def _store_locked(self) -> bool:
         """With the lease held: the store too, which an instance without HA (or a `once`) may still hold."""
-        if self.store_lock.held or self.store_lock.acquire():
-            self._waiting_for_store = False
-            return True
+        try:
+            if self.store_lock.held or self.store_lock.acquire():
+                self._waiting_for_store = False
+                return True
+        except CheckpointError as exc:  # the store is away: stand by, like a lost lease
+            log.warning("lease held, but %s; standing by", exc)
+            return False
         if not self._waiting_for_store:
             log.warning("lease held, but %s; waiting for it", self.store_lock.in_use())
             self._waiting_for_store = True
