@@ -80,3 +80,39 @@ def test_the_state_store_removed_under_the_daemon_backs_off_and_recovers(agent_d
     finally:
         assert daemon.terminate() == 0
     assert "Traceback" not in daemon.output()
+
+
+def test_a_failed_feedback_pass_takes_the_poll_failed_path(agent_db, tmp_path):
+    from servers import Receiver
+    from test_feedback import feedback_spans
+
+    receiver = Receiver()
+    receiver.start()
+    add_runs(agent_db, 4)
+    port = free_port()
+    config = write_config(tmp_path / "c.toml", bridge_sections(
+        agent_db, tmp_path, f"http://{receiver.endpoint}",
+        feedback={"interval_seconds": 1},
+        poll={"retry_initial_seconds": 1, "retry_max_seconds": 2},
+        metrics={"enabled": True, "port": port},
+        export={"max_attempts": 1, "timeout_seconds": 2},
+    ))
+    daemon = DaemonProcess(config, tmp_path / "daemon.log")
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: len(receiver.spans()) == 4, 30, "the runs exported")
+        wait_for(lambda: _get(base + "/readyz")[0] == 200, 10, "readiness")
+        receiver.stop()  # polls find nothing to send and succeed; only the feedback pass sends
+        agent_db.execute("UPDATE diagnosis_run SET feedback = 'DOWN', updated_at = NOW()")
+        wait_for(lambda: "feedback pass failed" in daemon.output(), 30, "the feedback pass to fail")
+        wait_for(lambda: _get(base + "/readyz")[0] == 503, 10, "readiness to drop")
+        assert failed_polls(_get(base + "/metrics")[1]) >= 1
+        line = next(line for line in daemon.output().splitlines() if "feedback pass failed" in line)
+        assert "retrying in" in line, line
+        receiver.start()
+        wait_for(lambda: len(feedback_spans(receiver)) == 4, 30, "the feedback sent once the receiver is back")
+        wait_for(lambda: _get(base + "/readyz")[0] == 200, 10, "readiness again")
+    finally:
+        assert daemon.terminate() == 0
+        receiver.stop()
+    assert "Traceback" not in daemon.output()
