@@ -61,6 +61,7 @@ def run_checks(config: Config) -> Iterator[Finding]:
         yield from _check_privileges(source)
         yield from _check_timezone(config, source)
         yield from _check_feedback_values(config, source)
+        yield from _check_checkpoint_ahead(config, source)
     finally:
         source.close()
     yield from _check_state(config)
@@ -226,6 +227,37 @@ def _check_state(config: Config) -> Iterator[Finding]:
         return
     where = "no checkpoint yet" if saved is None else f"checkpoint at run id {saved.high_water}"
     yield Finding(OK, "state store", f"{store.describe()}: {where}")
+
+
+def _check_checkpoint_ahead(config: Config, source: Source) -> Iterator[Finding]:
+    """Every shard's high-water mark against the newest run id: above it, the source went backwards."""
+    from .source_guard import behind_message
+
+    try:
+        store = CheckpointStore(config, create=False)
+    except (CheckpointError, ConfigError):
+        return  # no store yet: the state store check says so
+    try:
+        shards = store.load_all()
+        newest = source.max_run_id() if shards else 0
+    except (CheckpointError, SourceError):
+        return  # reported by the state store and database checks
+    finally:
+        store.close()
+    for name, checkpoint, saved_at in shards:
+        if checkpoint.high_water > newest:
+            shard = _shard_of(name) or config.shard
+            where = f"{name} in {store.describe()}"
+            detail = behind_message(where, checkpoint.high_water, newest, source.describe(), shard, saved_at)
+            yield Finding(FAIL, "checkpoint ahead of the source", detail)
+        else:
+            yield Finding(OK, f"checkpoint {name}", f"high-water id {checkpoint.high_water}, the newest run is id {newest}")
+
+
+def _shard_of(name: str) -> tuple[int, int] | None:
+    """(index, total) from a shard's checkpoint name, shard-I-of-N."""
+    match = re.fullmatch(r"shard-(\d+)-of-(\d+)", name)
+    return (int(match.group(1)), int(match.group(2))) if match else None
 
 
 def _check_endpoint(config: Config) -> Iterator[Finding]:

@@ -11,7 +11,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sqlalchemy import BigInteger, Column, Float, Integer, MetaData, String, Table, Text, inspect, select
+from sqlalchemy import BigInteger, Column, Float, Integer, MetaData, String, Table, Text, inspect, select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -22,6 +22,9 @@ log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 
+# Unix seconds need a double: MySQL's FLOAT is single precision, about two minutes apart at today's times.
+Seconds = Float(precision=53)
+
 _metadata = MetaData()
 checkpoint_table = Table(
     "run_otel_checkpoint",
@@ -31,7 +34,7 @@ checkpoint_table = Table(
     Column("high_water", BigInteger, nullable=False),
     Column("pending", Text, nullable=False),
     Column("gaps", Text, nullable=False),
-    Column("saved_at", Float, nullable=False),
+    Column("saved_at", Seconds, nullable=False),
 )
 
 
@@ -42,7 +45,7 @@ feedback_table = Table(
     Column("shard", String(64), primary_key=True),
     Column("run_id", String(128), primary_key=True),
     Column("feedback", String(64), nullable=False),
-    Column("sent_at", Float, nullable=False, index=True),
+    Column("sent_at", Seconds, nullable=False, index=True),
 )
 
 
@@ -85,6 +88,26 @@ class CheckpointStore:
             if self._table_exists():
                 return
             raise CheckpointError(f"state store {self.describe()} is not usable: {exc.__class__.__name__}: {getattr(exc, 'orig', exc)}") from None
+        self._widen_seconds()
+
+    def _widen_seconds(self) -> None:
+        """Tables created by earlier releases on MySQL/MariaDB keep seconds in a FLOAT: made DOUBLE here."""
+        if self.engine.dialect.name != "mysql":
+            return
+        for table, column in ((checkpoint_table, "saved_at"), (feedback_table, "sent_at")):
+            kind = None
+            try:
+                kind = next((c["type"] for c in inspect(self.engine).get_columns(table.name) if c["name"] == column), None)
+                if kind is None or "DOUBLE" in str(kind).upper():
+                    continue
+                with self.engine.begin() as conn:
+                    conn.execute(text(f"ALTER TABLE {table.name} MODIFY {column} DOUBLE NOT NULL"))
+                log.info("state store %s: %s.%s widened from %s to DOUBLE", self.describe(), table.name, column, kind)
+            except SQLAlchemyError as exc:
+                log.warning(
+                    "state store %s: %s.%s is %s, which rounds Unix times to minutes; ALTER it to DOUBLE (%s)",
+                    self.describe(), table.name, column, kind, getattr(exc, "orig", exc),
+                )
 
     def _table_exists(self) -> bool:
         try:
@@ -102,9 +125,14 @@ class CheckpointStore:
             with self.engine.connect() as conn:
                 row = conn.execute(select(checkpoint_table).where(checkpoint_table.c.name == name)).first()
         except SQLAlchemyError as exc:
-            raise CheckpointError(f"state store {self.describe()} is unreadable: {getattr(exc, 'orig', exc)}") from None
+            raise self._failed("is unreadable", exc) from None
         if row is None:
             return None
+        if isinstance(row.format_version, int) and row.format_version > FORMAT_VERSION:
+            raise CheckpointError(
+                f"checkpoint {name!r} in {self.describe()} was written by a newer run-otel (format version "
+                f"{row.format_version}; this release reads {FORMAT_VERSION}): run that release or a later one"
+            )
         try:
             if row.format_version != FORMAT_VERSION:
                 raise ValueError(f"format version {row.format_version}")
@@ -119,6 +147,15 @@ class CheckpointStore:
                 "Refusing to restart from scratch: restore the state store, or delete the row "
                 "and set poll.start_from to the first run id to re-export."
             ) from None
+
+    def saved_at(self, name: str | None = None) -> float | None:
+        """When this shard's checkpoint (or ``name``'s) was last saved, Unix seconds; None when never."""
+        try:
+            with self.engine.connect() as conn:
+                row = conn.execute(select(checkpoint_table.c.saved_at).where(checkpoint_table.c.name == (name or self.name))).first()
+        except SQLAlchemyError as exc:
+            raise self._failed("is unreadable", exc) from None
+        return float(row[0]) if row else None
 
     def load_all(self) -> list[tuple[str, Checkpoint, float]]:
         """Every shard's checkpoint in the store: (name, checkpoint, saved_at), by name."""
@@ -143,14 +180,23 @@ class CheckpointStore:
             "gaps": json.dumps({str(k): v for k, v in sorted(checkpoint.gaps.items())}),
             "saved_at": now,
         }
-        with self.engine.begin() as conn:
-            updated = conn.execute(
-                checkpoint_table.update().where(checkpoint_table.c.name == self.name).values(**values)
-            ).rowcount
-            if not updated:
-                conn.execute(checkpoint_table.insert().values(name=self.name, **values))
-            if feedback:
-                self._record_feedback(conn, feedback, now)
+        try:
+            with self.engine.begin() as conn:
+                updated = conn.execute(
+                    checkpoint_table.update().where(checkpoint_table.c.name == self.name).values(**values)
+                ).rowcount
+                if not updated:
+                    conn.execute(checkpoint_table.insert().values(name=self.name, **values))
+                if feedback:
+                    self._record_feedback(conn, feedback, now)
+        except SQLAlchemyError as exc:
+            raise self._failed("cannot save the checkpoint", exc) from None
+
+    def _failed(self, what: str, exc: SQLAlchemyError) -> CheckpointError:
+        """The error for a store that failed mid-use. Its pooled connections are dropped, so a
+        file or server that comes back is opened afresh, not through a handle to what went away."""
+        self.engine.dispose()
+        return CheckpointError(f"state store {self.describe()} {what}: {getattr(exc, 'orig', exc)}")
 
     def _record_feedback(self, conn, sent: dict[str, str], now: float) -> None:
         table = feedback_table
@@ -174,16 +220,19 @@ class CheckpointStore:
                     )
                     out.update({run_id: feedback for run_id, feedback in rows})
         except SQLAlchemyError as exc:
-            raise CheckpointError(f"state store {self.describe()} is unreadable: {getattr(exc, 'orig', exc)}") from None
+            raise self._failed("is unreadable", exc) from None
         return out
 
     def save_feedback(self, sent: dict[str, str], now: float, forget_before: float) -> None:
         """Records what was acknowledged, and forgets runs that left the recheck window."""
         table = feedback_table
-        with self.engine.begin() as conn:
-            if sent:
-                self._record_feedback(conn, sent, now)
-            conn.execute(table.delete().where(table.c.shard == self.name, table.c.sent_at < forget_before))
+        try:
+            with self.engine.begin() as conn:
+                if sent:
+                    self._record_feedback(conn, sent, now)
+                conn.execute(table.delete().where(table.c.shard == self.name, table.c.sent_at < forget_before))
+        except SQLAlchemyError as exc:
+            raise self._failed("cannot save the feedback sent", exc) from None
 
     def close(self) -> None:
         self.engine.dispose()

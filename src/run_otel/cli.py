@@ -55,16 +55,18 @@ def once(config_path: Path | None, shard: str | None) -> None:
     def body() -> None:
         nonlocal undelivered
         from .daemon import summary
+        from .store_lock import store_lock
         from .wiring import build_feedback, build_poller
 
-        poller = build_poller(config)
-        result = poller.poll()
-        click.echo(summary(result))
-        undelivered = result.rejected_spans + result.dropped_spans
-        feedback = build_feedback(config, poller)
-        if feedback:
-            checked = feedback.run()
-            click.echo(f"feedback: {checked.rated} rated runs in the window, {checked.sent} new or changed sent")
+        with store_lock(config):  # a `once` beside a running daemon would export everything twice
+            poller = build_poller(config)
+            result = poller.poll()
+            click.echo(summary(result))
+            undelivered = result.rejected_spans + result.dropped_spans
+            feedback = build_feedback(config, poller)
+            if feedback:
+                checked = feedback.run()
+                click.echo(f"feedback: {checked.rated} rated runs in the window, {checked.sent} new or changed sent")
 
     guarded(body)
     if undelivered:

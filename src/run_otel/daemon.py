@@ -26,6 +26,7 @@ from .lease import MySqlLease, lease_name_for
 from .poller import PollResult
 from .settings import effective_settings
 from .source import SourceError
+from .store_lock import StoreLock, store_lock
 from .wiring import build_feedback, build_poller, start_metrics
 
 log = logging.getLogger("run_otel")
@@ -42,6 +43,14 @@ def summary(result: PollResult) -> str:
     )
 
 
+class _SkipWhilePolling(logging.Filter):
+    """APScheduler warns each time it skips a start because the poll outlasted
+    poll.interval_seconds: that is how polls never overlap, not a fault."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "maximum number of running instances reached" not in str(record.msg)
+
+
 class Daemon:
     def __init__(self, config: Config, rng: random.Random | None = None):
         self._config = config
@@ -53,6 +62,11 @@ class Daemon:
         self._tick_started: float | None = None
         self._scheduler = None
         self.lease: MySqlLease | None = None
+        # Without HA the store is locked for the process's life; with HA, only while the lease is held.
+        self.store_lock: StoreLock = store_lock(config)
+        self._waiting_for_store = False
+        if not config.ha.enabled:
+            self.store_lock.__enter__()
         self.metrics, self.server = start_metrics(config, alive=self.alive)
         self.poller = build_poller(config, recorder=self.metrics, keep_going=self._holding)
         self.feedback = build_feedback(config, self.poller, self.metrics)
@@ -76,10 +90,26 @@ class Daemon:
         """Whether this instance should poll now: always without HA, else while it holds the lease."""
         if self.lease is None:
             return True
-        holding = self.lease.held()
+        holding = self.lease.held() and self._store_locked()
+        if not holding and self.store_lock.held:
+            self.store_lock.release()
         if self.metrics:
             self.metrics.set_standby(not holding)
         return holding
+
+    def _store_locked(self) -> bool:
+        """With the lease held: the store too, which an instance without HA (or a `once`) may still hold."""
+        try:
+            if self.store_lock.held or self.store_lock.acquire():
+                self._waiting_for_store = False
+                return True
+        except CheckpointError as exc:  # the store is away: stand by, like a lost lease
+            log.warning("lease held, but %s; standing by", exc)
+            return False
+        if not self._waiting_for_store:
+            log.warning("lease held, but %s; waiting for it", self.store_lock.in_use())
+            self._waiting_for_store = True
+        return False
 
     # -- one tick -------------------------------------------------------------------
 
@@ -96,35 +126,50 @@ class Daemon:
     def _poll_once(self) -> None:
         if time.monotonic() < self._retry_at or self._stop.is_set() or not self._holding():
             return
+        started = time.monotonic()
         try:
-            result = self.poller.poll()
-        except (SourceError, ExportError, CheckpointError) as exc:
-            self._failures += 1
-            delay = self._backoff(self._failures)
-            self._retry_at = time.monotonic() + delay
-            self._wake_at(time.time() + delay, "retry")
-            log.error("poll failed (%s); retrying in %.1fs", exc, delay)
+            self.store_lock.check()
+        except Exception as exc:
+            self._failed(exc)
+            return
+        try:
+            result = self.poller.poll()  # records its own failure
+        except Exception as exc:
+            self._failed(exc)
+            return
+        try:
+            self._feedback_pass()
+        except Exception as exc:
+            if self.metrics:
+                self.metrics.poll_finished(time.monotonic() - started, ok=False, pending=result.pending)
+            self._failed(exc, "feedback pass failed")
             return
         if self._failures:
             log.info("exports recovered after %d failed poll(s); %s", self._failures, summary(result))
         elif result.run_count:
             log.debug(summary(result))
         self._failures, self._retry_at = 0, 0.0
-        self._feedback_pass()
         if result.next_settle_at is not None and result.next_settle_at - time.time() < self._config.poll.interval_seconds:
             # A finished run waits out poll.settle_seconds, not a whole extra interval.
             self._wake_at(result.next_settle_at, "settle")
 
+    def _failed(self, exc: Exception, what: str = "poll failed") -> None:
+        """Any failure in a tick, known or not: one line, then the next try after a backoff,
+        never at once, so a batch whose checkpoint cannot be saved is not re-sent every tick."""
+        self._failures += 1
+        delay = self._backoff(self._failures)
+        self._retry_at = time.monotonic() + delay
+        self._wake_at(time.time() + delay, "retry")
+        known = isinstance(exc, (SourceError, ExportError, CheckpointError))
+        log.error("%s (%s); retrying in %.1fs", what, exc if known else f"{exc.__class__.__name__}: {exc}", delay)
+
     def _feedback_pass(self) -> None:
-        """Every feedback.interval_seconds, after a good poll, in the same tick: never beside a poll."""
+        """Every feedback.interval_seconds, after a good poll, in the same tick: never beside a poll.
+        A failure is the tick's: nothing was recorded as sent, so the next pass sends it again."""
         if self.feedback is None or time.monotonic() < self._feedback_due:
             return
+        self.feedback.run()
         self._feedback_due = time.monotonic() + self._config.feedback.interval_seconds
-        try:
-            self.feedback.run()
-        except (SourceError, ExportError, CheckpointError) as exc:
-            # Nothing was recorded as sent: the next pass sends it again.
-            log.warning("feedback pass failed (%s); next try in %.0fs", exc, self._config.feedback.interval_seconds)
 
     def _backoff(self, failures: int) -> float:
         """Exponential from retry_initial to retry_max, with +-20% jitter so replicas spread out."""
@@ -148,6 +193,7 @@ class Daemon:
         from apscheduler.schedulers.background import BackgroundScheduler
 
         scheduler = self._scheduler = BackgroundScheduler(timezone="UTC")
+        logging.getLogger("apscheduler.scheduler").addFilter(_SkipWhilePolling())
         scheduler.add_job(
             self._tick,
             "interval",
@@ -179,6 +225,7 @@ class Daemon:
             os._exit(EXIT_STOP_TIMEOUT)
         if self.lease:
             self.lease.release()
+        self.store_lock.release()
         if self.server:
             self.server.stop()
         if self.metrics:

@@ -89,6 +89,7 @@ class BridgeMetrics(Recorder):
         self.last_success = 0.0
         # An HA standby does not poll; it is ready while it can reach the lease.
         self.standby = False
+        self.checkpoint_ahead_runs = 0
         self._get(I.START_TIME).set(time.time())
         self._get(I.STANDBY).set(0)
         self._zero_run_counters()
@@ -189,6 +190,10 @@ class BridgeMetrics(Recorder):
         if seconds is not None:
             self._get(I.LAG).set(seconds, I.LAG.labelled(self._shard))
 
+    def checkpoint_ahead(self, runs: int) -> None:
+        self.checkpoint_ahead_runs = runs
+        self._get(I.CHECKPOINT_AHEAD).set(runs, I.CHECKPOINT_AHEAD.labelled(self._shard))
+
     def set_standby(self, standby: bool) -> None:
         self.standby = standby
         self._get(I.STANDBY).set(1 if standby else 0)
@@ -262,6 +267,8 @@ def readiness(metrics: BridgeMetrics, interval: float, clock: Callable[[], float
     def ready() -> tuple[bool, str]:
         if metrics.standby:
             return True, "ready: standby, another instance holds the lease"
+        if metrics.checkpoint_ahead_runs:
+            return False, f"not ready: the checkpoint is {metrics.checkpoint_ahead_runs} run ids ahead of the source; see the log"
         if not metrics.last_poll_ok:
             return False, "not ready: the last poll failed or none has finished yet"
         age = clock() - metrics.last_success

@@ -31,6 +31,7 @@ class ShardStatus:
     gaps: int
     saved_at: float
     state_store: str
+    ahead_runs: int = 0  # ids the high-water mark is above the newest run: the source went backwards
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -51,6 +52,7 @@ def shard_statuses(store: CheckpointStore, source: Source, clock: SourceClock) -
                 gaps=len(checkpoint.gaps),
                 saved_at=saved_at,
                 state_store=store.describe(),
+                ahead_runs=max(checkpoint.high_water - backlog.newest_id, 0),
             )
         )
     return out
@@ -64,6 +66,17 @@ def rewound(checkpoint: Checkpoint, first_id: int) -> Checkpoint:
         pending={i: seen for i, seen in checkpoint.pending.items() if i <= keep},
         gaps={i: seen for i, seen in checkpoint.gaps.items() if i <= keep},
     )
+
+
+def rewind_line(shard: str, high_water: int, first_id: int) -> str:
+    """What a rewind did; one forward skips runs instead of re-sending them."""
+    moved = f"high-water id {high_water} -> {first_id - 1}; the next poll exports run ids from {first_id}."
+    if first_id - 1 > high_water:
+        skipped = f"{high_water + 1}" if first_id - 1 == high_water + 1 else f"{high_water + 1}..{first_id - 1}"
+        return f"moved {shard} forward: {moved} Run ids {skipped} are skipped: they are never exported."
+    if first_id - 1 == high_water:
+        return f"{shard} unchanged: {moved}"
+    return f"rewound {shard}: {moved} Runs already sent arrive again, byte-identical, and backends show them once."
 
 
 def lease_holder(config: Config, source: Source) -> int | None:

@@ -56,6 +56,10 @@ def status(config_path: Path | None, as_json: bool) -> None:
         console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
         console.print(table)
         console.print(f"state store {rows[0].state_store}; source {source.describe()}")
+        for row in rows:
+            if row.ahead_runs:
+                console.print(f"[bold red]{row.shard}: the checkpoint is {row.ahead_runs} run ids ahead of the source[/]; "
+                              "`run-otel check` says how to recover")
 
     guarded(body)
 
@@ -71,16 +75,16 @@ def rewind(config_path: Path | None, to_id: int | None, since: datetime | None, 
     """Move the checkpoint back, so the next poll exports from there again.
 
     Give --to-id N or --since T. Re-sent spans are byte-identical to the first
-    copies, so Jaeger and Tempo show each span once. Stop the daemon first, or
-    it may save its own checkpoint over this one; with HA, rewind refuses while
-    another instance holds the lease unless --force.
+    copies, so Jaeger and Tempo show each span once; a rewind forward skips the
+    ids in between. Stop the daemon first: rewind refuses while another
+    instance holds the state store or the HA lease, unless --force.
     """
     if (to_id is None) == (since is None):
         raise click.UsageError("give exactly one of --to-id and --since")
     from .checkpoint import CheckpointStore
-    from .clock import SourceClock
-    from .operate import lease_holder, rewound
+    from .operate import lease_holder
     from .source import Source
+    from .store_lock import store_lock
 
     config = load(config_path, shard)
 
@@ -90,26 +94,36 @@ def rewind(config_path: Path | None, to_id: int | None, since: datetime | None, 
         if holder and not force:
             fail(f"another instance (connection {holder}) holds the HA lease and would overwrite the checkpoint; stop it, or use --force")
         store = CheckpointStore(config, create=False)
-        current = store.load()
-        if current is None:
-            raise click.ClickException(f"no checkpoint for {store.name} in {store.describe()}: set poll.start_from instead")
-        if to_id is not None:
-            first_id = to_id
-        else:
-            assert since is not None  # exactly one of the two, checked above
-            first_id = source.first_id_created_at_or_after(SourceClock(config.source.timezone).naive(since))
-        if not yes and not click.confirm(
-            f"move {store.name} in {store.describe()} from high-water id {current.high_water} so the next poll "
-            f"exports from run id {first_id}?"
-        ):
-            fail("nothing changed", EXIT_FAILED)
-        store.save(rewound(current, first_id), time.time())
-        click.echo(
-            f"rewound {store.name}: high-water id {current.high_water} -> {first_id - 1}; the next poll exports run ids "
-            f"from {first_id}. Runs already sent arrive again, byte-identical, and backends show them once."
-        )
+        lock = store_lock(config)
+        if not lock.acquire() and not force:
+            fail(f"{lock.in_use()}, which would save its own checkpoint over this one; stop it first, or use --force")
+        try:
+            _rewind(config, store, source, to_id, since, yes)
+        finally:
+            lock.release()
 
     guarded(body)
+
+
+def _rewind(config, store, source, to_id: int | None, since: datetime | None, yes: bool) -> None:
+    from .clock import SourceClock
+    from .operate import rewind_line, rewound
+
+    current = store.load()
+    if current is None:
+        raise click.ClickException(f"no checkpoint for {store.name} in {store.describe()}: set poll.start_from instead")
+    if to_id is not None:
+        first_id = to_id
+    else:
+        assert since is not None  # exactly one of the two, checked above
+        first_id = source.first_id_created_at_or_after(SourceClock(config.source.timezone).naive(since))
+    if not yes and not click.confirm(
+        f"move {store.name} in {store.describe()} from high-water id {current.high_water} so the next poll "
+        f"exports from run id {first_id}?"
+    ):
+        fail("nothing changed", EXIT_FAILED)
+    store.save(rewound(current, first_id), time.time())
+    click.echo(rewind_line(store.name, current.high_water, first_id))
 
 
 @click.command("export")

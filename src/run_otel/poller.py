@@ -28,6 +28,7 @@ from .reconnect import Reconnecting
 from .rows import TERMINAL_STATUSES, FeedbackRow, RunRow, ToolRow, is_terminal
 from .sending import RequestSender
 from .source import Source, SourceError
+from .source_guard import SourceGuard
 from .transitions import Rules, advance, classify, expire_gaps, initial_checkpoint, timed_out
 
 log = logging.getLogger(__name__)
@@ -109,6 +110,8 @@ class Recorder:
 
     def spans_dropped(self, reason: str, count: int) -> None: ...
 
+    def checkpoint_ahead(self, runs: int) -> None: ...
+
 
 class Poller:
     def __init__(
@@ -143,6 +146,8 @@ class Poller:
         self._checkpoint_pending = 0  # the last loaded checkpoint's, for the gauge when a poll fails
         self._shard_index, self._shard_total = config.shard
         self._unknown_statuses: set[str | None] = set()
+        where = f"{store.name} in {store.describe()}"
+        self._guard = SourceGuard(source, where, config.shard, self._recorder.checkpoint_ahead, store.saved_at)
         self.stop_requested = threading.Event()
         # A backfill's reads outlive a database restart; the daemon has its own backoff between polls.
         self._backfill_read = Reconnecting(
@@ -278,6 +283,7 @@ class Poller:
         self._check_zone_once()
         now = self._clock()
         new_runs = self._source.runs_after(checkpoint.high_water, self._poll.batch_size)
+        self._guard.check(checkpoint.high_water, new_runs, self._poll.batch_size)
         rechecked = self._source.runs_by_ids(checkpoint.pending.keys() | checkpoint.gaps.keys())
         following = checkpoint.copy()
         dropped = advance(following, [run.id for run in new_runs], now)
