@@ -231,9 +231,8 @@ def _health_rules(r: _Rules) -> list[dict]:
             CRITICAL,
             "run-otel's checkpoint (shard {{ $labels.shard }}) is {{ $value }} run ids above the newest run",
             "The source database went backwards (restored from an older backup, or its ids were reset): "
-            "new runs reuse ids the checkpoint has passed, and are skipped until an operator acts. Find "
-            "the first id the restored database reused (its backup's newest id plus one), stop the bridge, and run "
-            "`run-otel rewind --to-id <that id>`.",
+            "new runs reuse ids the checkpoint has passed, and are skipped until an operator acts. Stop the "
+            "bridge and run the `run-otel rewind --since …` that its log line and `run-otel check` name.",
             THRESHOLDS["ahead_for"],
         ),
     ]
