@@ -18,6 +18,7 @@ from run_otel import attributes as A
 from run_otel.config import build_config
 from run_otel.demo import generate, insert_workload
 from run_otel.metrics import BridgeMetrics
+from run_otel.readings import read_run, read_tool
 from run_otel.wiring import build_poller
 
 GRPC_LIMIT = 4 * 1024 * 1024
@@ -121,7 +122,10 @@ def test_a_run_larger_than_the_collector_takes_goes_out_in_pieces_and_the_runs_b
     # The precondition: this run alone is far over the collector's 4 MiB, the size that once stopped all export.
     poller = build_poller(config)
     (run,) = poller.source.runs_by_ids([int(agent_db.execute("SELECT id FROM diagnosis_run WHERE run_id = %s", big_run)[0][0])])
-    mapped = poller.mapper.map_run(run, poller.source.tools_for([big_run])[big_run])
+    # Read by meaning, as the poller does: the driver hands `success` over as stored.
+    warnings: list[str] = []
+    tools_read = [read_tool(tool, warnings) for tool in poller.source.tools_for([big_run])[big_run]]
+    mapped = poller.mapper.map_run(read_run(run, warnings), tools_read)
     assert len(mapped.spans) == 1001
     assert sum(len(poller.encoder.span(s)) for s in mapped.spans) > 2 * GRPC_LIMIT
 
