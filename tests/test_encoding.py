@@ -27,6 +27,14 @@ spans = st.builds(
     attributes=st.lists(st.tuples(st.text(min_size=1, max_size=30), attribute_value), max_size=12).map(tuple),
     status_code=st.sampled_from([0, 1, 2]),
     status_message=text,
+    events=st.lists(
+        st.tuples(
+            text,
+            st.integers(min_value=0, max_value=2**64 - 1),
+            st.lists(st.tuples(st.text(min_size=1, max_size=30), attribute_value), max_size=4).map(tuple),
+        ),
+        max_size=3,
+    ).map(tuple),
 )
 resources = st.dictionaries(st.text(min_size=1, max_size=20), text, max_size=5)
 

@@ -13,7 +13,7 @@ from run_otel import attributes as A
 from run_otel.config import build_config
 from run_otel.content import is_content_attribute
 from run_otel.encoding import resource_attributes
-from run_otel.mapping import STATUS_ERROR, STATUS_UNSET, Mapper
+from run_otel.mapping import STATUS_ERROR, STATUS_OK, STATUS_UNSET, Mapper
 from run_otel.rows import RunRow, ToolRow
 
 RUN_ID = "run-550e8400-e29b-41d4-a716-446655440000"
@@ -166,18 +166,30 @@ def test_source_timezone_shifts_naive_datetimes():
 # -- status ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("status", ["SUCCESS", "FALLBACK", "CANCELLED"])
-def test_outcomes_other_than_failure_leave_status_unset(status):
-    root = mapper().map_run(make_run(status=status), []).root
-    assert root.status_code == STATUS_UNSET
+def test_a_successful_run_is_ok():
+    root = mapper().map_run(make_run(status="SUCCESS"), []).root
+    assert root.status_code == STATUS_OK and not root.status_message and not root.events
     assert "error.type" not in root.attribute_map()
+
+
+@pytest.mark.parametrize(
+    ("status", "error_type", "description"),
+    [("FALLBACK", "run_fallback", "run fell back"), ("CANCELLED", "run_cancelled", "run was cancelled")],
+)
+def test_fallback_and_cancelled_are_marked_in_lists_but_are_not_exceptions(status, error_type, description):
+    # Jaeger's trace list marks only errors: anything else would look like a SUCCESS there.
+    root = mapper().map_run(make_run(status=status), []).root
+    assert root.status_code == STATUS_ERROR and root.status_message == description
+    assert root.attribute_map()["error.type"] == error_type
     assert root.attribute_map()["diagnosis.run.status"] == status
+    assert not root.events  # nothing was raised: the outcome, not a failure
 
 
-def test_failed_run_is_an_error():
+def test_failed_run_is_an_error_with_an_exception_event():
     root = mapper().map_run(make_run(status="FAILED"), []).root
     assert root.status_code == STATUS_ERROR
     assert root.attribute_map()["error.type"] == "run_failed"
+    assert root.events == (("exception", root.end_ns, (("exception.type", "run_failed"), ("exception.message", "run failed"))),)
 
 
 @pytest.mark.parametrize("status", ["PENDING", "RUNNING", None])
@@ -203,6 +215,14 @@ def test_failed_tool_is_an_error_with_redacted_message():
     assert "bob@example.com" not in span.status_message
     assert "[REDACTED]" in span.status_message
     assert len(span.status_message) == 1024
+    # Jaeger's Logs section shows events: the error is there too, as record_exception writes it.
+    ((name, at_ns, attrs),) = span.events
+    assert (name, at_ns) == ("exception", span.end_ns)
+    assert dict(attrs) == {"exception.type": "tool_error", "exception.message": span.status_message}
+
+
+def test_a_tool_that_did_not_fail_has_no_event():
+    assert [s.events for s in mapper().map_run(make_run(), [make_tool(1), make_tool(2, success=None)]).spans] == [(), (), ()]
 
 
 def test_null_success_leaves_status_unset():

@@ -10,7 +10,7 @@ from opentelemetry.semconv._incubating.attributes import deployment_attributes
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
 from opentelemetry.semconv._incubating.attributes import service_attributes as incubating_service
 from opentelemetry.semconv._incubating.attributes import session_attributes as session
-from opentelemetry.semconv.attributes import error_attributes, service_attributes
+from opentelemetry.semconv.attributes import error_attributes, exception_attributes, service_attributes
 
 DEPLOYMENT_ENVIRONMENT_NAME = deployment_attributes.DEPLOYMENT_ENVIRONMENT_NAME
 GEN_AI_OPERATION_NAME = gen_ai.GEN_AI_OPERATION_NAME
@@ -34,8 +34,14 @@ TOOL_TYPE_DATASTORE = "datastore"
 TOOL_TYPE_FUNCTION = "function"
 
 ERROR_RUN_FAILED = "run_failed"
+ERROR_RUN_FALLBACK = "run_fallback"
+ERROR_RUN_CANCELLED = "run_cancelled"
 ERROR_RUN_INCOMPLETE = "run_incomplete"
 ERROR_TOOL = "tool_error"
+# The span event the SDK's record_exception writes.
+EXCEPTION_EVENT = "exception"
+EXCEPTION_TYPE = exception_attributes.EXCEPTION_TYPE
+EXCEPTION_MESSAGE = exception_attributes.EXCEPTION_MESSAGE
 
 # diagnosis_run
 RUN_ID = "diagnosis.run.id"
@@ -75,6 +81,12 @@ TOOL_DURATION_MS = "tool.duration_ms"
 GEN_AI_EVALUATION_NAME = gen_ai.GEN_AI_EVALUATION_NAME
 GEN_AI_EVALUATION_SCORE_LABEL = gen_ai.GEN_AI_EVALUATION_SCORE_LABEL
 GEN_AI_EVALUATION_SCORE_VALUE = gen_ai.GEN_AI_EVALUATION_SCORE_VALUE
+GEN_AI_EVALUATION_RESULT_EVENT = "gen_ai.evaluation.result"
+# When the user rated (ISO 8601, UTC): the span sits inside the run, not at this time.
+FEEDBACK_RATED_AT = "diagnosis.feedback.rated_at"
+# The value this rating replaced, so the current one reads at a glance.
+FEEDBACK_PREVIOUS = "diagnosis.feedback.previous"
+OI_KIND_EVALUATOR = "EVALUATOR"
 
 # OpenInference profile
 OPENINFERENCE_SPAN_KIND = "openinference.span.kind"

@@ -57,6 +57,10 @@ def encode_span(span: SpanData) -> Span:
         start_time_unix_nano=span.start_ns,
         end_time_unix_nano=span.end_ns,
         attributes=[KeyValue(key=k, value=any_value(v)) for k, v in span.attributes],
+        events=[
+            Span.Event(time_unix_nano=at, name=name, attributes=[KeyValue(key=k, value=any_value(v)) for k, v in attrs])
+            for name, at, attrs in span.events
+        ],
         status=Status(code=span.status_code, message=span.status_message),  # type: ignore[arg-type]  # enum ints
     )
 
@@ -174,6 +178,11 @@ class FastEncoder:
                     cache.clear()
                 cache[cache_key] = field
             parts.append(field)
+        for event_name, at_ns, event_attrs in span.events:  # rare (failed calls): not cached
+            event = b"\x09" + _pack_fixed64(at_ns) if at_ns else b""
+            event += _field(b"\x12", event_name.encode("utf-8", "replace")) if event_name else b""
+            event += b"".join(_field(b"\x1a", self._key_value(k, v)) for k, v in event_attrs)
+            parts.append(_field(b"\x5a", event))
         status = b""
         if span.status_message:
             status = _field(b"\x12", span.status_message.encode("utf-8", "replace"))

@@ -21,13 +21,27 @@ from .config import Config
 from .content import ContentPolicy
 from .evidence import Evidence, summarize
 from .memo import Memo
-from .rows import RELEVANCE_LEVELS, RETRIEVAL_LAYERS, FeedbackRow, RunRow, ToolRow
+from .rows import RELEVANCE_LEVELS, RETRIEVAL_LAYERS, RunRow, ToolRow
 
 AttrValue = str | bool | int | float | tuple[str, ...]
+# A span event: name, time, attributes.
+Event = tuple[str, int, tuple[tuple[str, AttrValue], ...]]
 
-# OTLP's own status codes (UNSET 0, ERROR 2).
+# OTLP's own status codes (UNSET 0, OK 1, ERROR 2).
 STATUS_UNSET = Status.STATUS_CODE_UNSET
+STATUS_OK = Status.STATUS_CODE_OK
 STATUS_ERROR = Status.STATUS_CODE_ERROR
+
+# How each outcome shows in a trace list: (status, error.type, description). Jaeger's list marks
+# only errors, so the outcomes where the user did not get the agent's own answer are errors, each
+# with its own error.type; an unknown status stays UNSET, and the poller logs it once per value.
+_OUTCOMES = {
+    "SUCCESS": (STATUS_OK, None, ""),
+    "FAILED": (STATUS_ERROR, A.ERROR_RUN_FAILED, "run failed"),
+    "FALLBACK": (STATUS_ERROR, A.ERROR_RUN_FALLBACK, "run fell back"),
+    "CANCELLED": (STATUS_ERROR, A.ERROR_RUN_CANCELLED, "run was cancelled"),
+}
+_INCOMPLETE = (STATUS_ERROR, A.ERROR_RUN_INCOMPLETE, "run did not finish in time")
 
 _UUID_RUN_ID = re.compile(
     r"run-([0-9a-fA-F]{8})-([0-9a-fA-F]{4})-([0-9a-fA-F]{4})-([0-9a-fA-F]{4})-([0-9a-fA-F]{12})"
@@ -50,6 +64,7 @@ class SpanData(NamedTuple):
     attributes: tuple[tuple[str, AttrValue], ...]
     status_code: int = STATUS_UNSET
     status_message: str = ""
+    events: tuple[Event, ...] = ()
 
     def attribute_map(self) -> dict[str, AttrValue]:
         return dict(self.attributes)
@@ -94,11 +109,6 @@ def tool_span_id_for(run_id: str, tool_id: int) -> bytes:
     return _nonzero(hashlib.sha256(f"tool_invocation:{run_id}:{tool_id}".encode()).digest(), 8)
 
 
-def feedback_span_id_for(run_id: str, feedback: str) -> bytes:
-    """One id per run and value: a re-sent rating is the same span, a changed one a new span."""
-    return _nonzero(hashlib.sha256(f"feedback:{run_id}:{feedback}".encode()).digest(), 8)
-
-
 def shard_of(run_id: str, shards: int) -> int:
     """A stable shard number for ``run_id``, the same in every process and release."""
     digest = hashlib.sha256(f"shard:{run_id}".encode()).digest()
@@ -120,31 +130,6 @@ class Mapper:
         # Error messages repeat (the same timeout across thousands of calls): redact each once.
         self._error_texts = Memo(self._content.error_text, 1024)
 
-    # -- user feedback ----------------------------------------------------------
-
-    def map_feedback(self, row: FeedbackRow, evaluation_name: str, score: float | None) -> SpanData:
-        """A rating as a child of the run's root, at the run's updated_at (when it was written).
-
-        One microsecond long, not zero: Jaeger flags a zero-length span with a "negative
-        duration" warning and moves its end."""
-        at_ns = self._epoch_ns(row.updated_at) or 0
-        attrs: list[tuple[str, AttrValue]] = [
-            (A.GEN_AI_EVALUATION_NAME, evaluation_name),
-            (A.GEN_AI_EVALUATION_SCORE_LABEL, row.feedback),
-        ]
-        _put(attrs, A.GEN_AI_EVALUATION_SCORE_VALUE, score)
-        attrs.append((A.RUN_ID, row.run_id))
-        _put(attrs, A.RUN_INTENT, row.intent)
-        return SpanData(
-            trace_id=trace_id_for(row.run_id),
-            span_id=feedback_span_id_for(row.run_id, row.feedback),
-            parent_span_id=root_span_id_for(row.run_id),
-            name=f"evaluation {evaluation_name}",
-            start_ns=at_ns,
-            end_ns=at_ns + 1_000,
-            attributes=tuple(attrs),
-        )
-
     # -- the run ------------------------------------------------------------
 
     def map_run(self, run: RunRow, tools: Sequence[ToolRow], incomplete: bool = False) -> MappedRun:
@@ -163,7 +148,7 @@ class Mapper:
             start_ns=start_ns,
             end_ns=end_ns,
             attributes=self._run_attributes(run, incomplete, len(tools) - len(kept)),
-            **self._run_status(run, incomplete),
+            **self._run_status(run, incomplete, end_ns),
         )
         return MappedRun([root, *children], warnings)
 
@@ -192,13 +177,12 @@ class Mapper:
         return start_ns, end_ns
 
     @staticmethod
-    def _run_status(run: RunRow, incomplete: bool) -> dict[str, Any]:
-        # An unknown status is UNSET like SUCCESS; the poller logs it once per value.
-        if incomplete:
-            return {"status_code": STATUS_ERROR, "status_message": "run did not finish in time"}
-        if run.status == "FAILED":
-            return {"status_code": STATUS_ERROR, "status_message": "run failed"}
-        return {}
+    def _run_status(run: RunRow, incomplete: bool, end_ns: int) -> dict[str, Any]:
+        code, _error_type, message = _INCOMPLETE if incomplete else _OUTCOMES.get(run.status or "", (STATUS_UNSET, None, ""))
+        status: dict[str, Any] = {"status_code": code, "status_message": message}
+        if run.status == "FAILED" and not incomplete:
+            status["events"] = (exception_event(A.ERROR_RUN_FAILED, message, end_ns),)
+        return status
 
     def _run_attributes(self, run: RunRow, incomplete: bool, dropped: int) -> tuple:
         attrs: list[tuple[str, AttrValue]] = [
@@ -223,8 +207,8 @@ class Mapper:
         ):
             if value is not None:
                 attrs.append((key, value))
-        if run.status == "FAILED" and not incomplete:
-            attrs.append((A.ERROR_TYPE, A.ERROR_RUN_FAILED))
+        error_type = None if incomplete else _OUTCOMES.get(run.status or "", (0, None, ""))[1]
+        _put(attrs, A.ERROR_TYPE, error_type)
         if incomplete:
             attrs.append((A.ERROR_TYPE, A.ERROR_RUN_INCOMPLETE))
             attrs.append((A.RUN_INCOMPLETE, True))
@@ -256,7 +240,9 @@ class Mapper:
         start_ns, end_ns = (at_ns, at_ns + length_ns) if self._anchor_start else (at_ns - length_ns, at_ns)
         status: dict[str, Any] = {}
         if tool.success is False:
-            status = {"status_code": STATUS_ERROR, "status_message": self._error_text(tool.error_message)}
+            message = self._error_text(tool.error_message)
+            event = exception_event(A.ERROR_TOOL, message, end_ns)
+            status = {"status_code": STATUS_ERROR, "status_message": message, "events": (event,)}
         return SpanData(
             trace_id=trace_id,
             span_id=tool_span_id_for(run.run_id, tool.id),
@@ -365,6 +351,14 @@ class Mapper:
         if evidence.paths:
             attrs.append((A.RAG_EVIDENCE_PATHS, evidence.paths))
         return evidence
+
+
+def exception_event(error_type: str, message: str, at_ns: int) -> Event:
+    """An ``exception`` event as the SDK's record_exception writes it, less the stack trace we do not have."""
+    attrs: tuple[tuple[str, AttrValue], ...] = ((A.EXCEPTION_TYPE, error_type),)
+    if message:
+        attrs += ((A.EXCEPTION_MESSAGE, message),)
+    return (A.EXCEPTION_EVENT, at_ns, attrs)
 
 
 def _put(attrs: list, key: str, value: AttrValue | None) -> None:
