@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
+from datetime import datetime
 
 import pytest
 from conftest import bridge_sections, run_cli, table_rows, write_config
@@ -106,3 +107,53 @@ def test_the_default_gen_ai_profile_alone_renders_as_agent_and_tool(agent_db, tm
     )
     assert Counter(span["span_kind"] for span in ours) == {"AGENT": len(runs), "TOOL": len(tools)}
     assert service not in {p["name"] for p in phoenix.rest("projects")}
+
+
+def phoenix_trace_latency_ms(phoenix: Phoenix, project: str, trace_id: str) -> float:
+    (project_id,) = [p["id"] for p in phoenix.rest("projects") if p["name"] == project]
+    node = phoenix.graphql(f'{{ node(id: "{project_id}") {{ ... on Project {{ trace(traceId: "{trace_id}") {{ latencyMs }} }} }} }}')
+    return node["node"]["trace"]["latencyMs"]
+
+
+def root_annotations(phoenix: Phoenix, project: str, root_span_id: str) -> list[dict]:
+    return phoenix.rest(f"projects/{project}/span_annotations", span_ids=root_span_id)
+
+
+def test_a_rating_after_export_is_a_human_annotation_on_the_root_and_leaves_the_latency_alone(agent_db, tmp_path, phoenix):
+    project = f"rated-{os.getpid()}"
+    seed(agent_db, 4, seed_value=33, waiting=0)
+    agent_db.execute("UPDATE diagnosis_run SET feedback = NULL")
+    runs, tools = expected_rows(agent_db)
+    overrides = dict(trace={"conventions": ["gen_ai", "openinference"], "project_name": project}, ui={"phoenix_url": phoenix.url})
+    export_to_phoenix(agent_db, tmp_path, phoenix, **overrides)
+    spans = project_spans(phoenix, project, len(runs) + len(tools))
+    run_id = runs[0]["run_id"]
+    (root,) = [s for s in spans if s["attributes"].get("diagnosis.run.id") == run_id and not s.get("parent_id")]
+    trace_id, root_id = root["context"]["trace_id"], root["context"]["span_id"]
+    run_ms = (datetime.fromisoformat(root["end_time"]) - datetime.fromisoformat(root["start_time"])).total_seconds() * 1000
+    latency = wait_for(lambda: phoenix_trace_latency_ms(phoenix, project, trace_id), 30, "the trace's latency", 0.5)
+    assert latency == pytest.approx(run_ms, abs=0.01) and run_ms < 10 * 60 * 1000  # the precondition
+    assert root_annotations(phoenix, project, root_id) == []
+
+    # Rated 24 minutes after the run started, long after it was sent.
+    agent_db.execute(
+        "UPDATE diagnosis_run SET feedback = 'DOWN', updated_at = created_at + INTERVAL 24 MINUTE WHERE run_id = %s", run_id
+    )
+    export_to_phoenix(agent_db, tmp_path, phoenix, **overrides)
+    (annotation,) = root_annotations(phoenix, project, root_id)
+    assert (annotation["name"], annotation["annotator_kind"]) == ("user_feedback", "HUMAN")
+    assert (annotation["result"]["label"], annotation["result"]["score"]) == ("DOWN", 0.0)
+    assert annotation["metadata"]["run_id"] == run_id
+    wait_for(
+        lambda: any(s["attributes"].get("gen_ai.evaluation.score.label") == "DOWN" for s in phoenix.rest(f"projects/{project}/spans", limit=1000)),
+        30, "the rating's span in Phoenix", 0.5,
+    )
+    assert phoenix_trace_latency_ms(phoenix, project, trace_id) == pytest.approx(run_ms, abs=0.01)
+
+    # A changed rating replaces the annotation: one current value.
+    agent_db.execute(
+        "UPDATE diagnosis_run SET feedback = 'UP', updated_at = created_at + INTERVAL 30 MINUTE WHERE run_id = %s", run_id
+    )
+    export_to_phoenix(agent_db, tmp_path, phoenix, **overrides)
+    (annotation,) = root_annotations(phoenix, project, root_id)
+    assert (annotation["result"]["label"], annotation["result"]["score"]) == ("UP", 1.0)

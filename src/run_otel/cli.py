@@ -139,7 +139,7 @@ def _backfill(config: Config, window: Window, ids: tuple, with_metrics: bool) ->
     from .backfill import order_warning, plan, where_to_find
     from .mapping import trace_id_for
     from .poller import PollResult
-    from .render import progress_bar
+    from .render import progress_bar, trace_links
     from .wiring import build_poller, start_metrics
 
     console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -173,6 +173,9 @@ def _backfill(config: Config, window: Window, ids: tuple, with_metrics: bool) ->
     click.echo(f"backfilled {total.run_count} runs ({total.spans} spans) {window.describe()} in {time.monotonic() - started:.1f}s")
     for line in where_to_find(first_trace, last_trace):
         click.echo(line)
+    for label, trace_id in (("first", first_trace), ("last", last_trace)) if first_trace else ():
+        for link in trace_links(config, trace_id):
+            click.echo(f"open {label}: {link}")
     warning = order_warning(ids_plan, total.outside_window, source)
     if warning:
         console.print(f"[bold red]WARNING:[/] {warning}")
@@ -197,8 +200,8 @@ def show(config_path: Path | None, run_id: str) -> None:
     """Print the span tree that would be exported for RUN_ID.
 
     Shows names, durations, status and the key RAG attributes, the trace id
-    to open in Jaeger or Tempo, and a link when ui.jaeger_url or ui.tempo_url
-    is set. Exits 1 when no run has that run_id.
+    to open in Jaeger or Tempo, and a link when ui.jaeger_url, ui.tempo_url
+    or ui.phoenix_url is set. Exits 1 when no run has that run_id.
     """
     from rich.console import Console
 

@@ -108,6 +108,8 @@ class FeedbackConfig:
     # are metric label values as they are; any other feedback is "other".
     scores: dict[str, float] = field(default_factory=lambda: {"UP": 1.0, "DOWN": 0.0})
     negative: list[str] = field(default_factory=lambda: ["DOWN"])
+    # Also send each rating as a gen_ai.evaluation.result OTLP log record (the endpoint must take logs).
+    log_records: bool = False
 
     def known_labels(self) -> frozenset[str]:
         return frozenset(self.scores) | frozenset(self.negative)
@@ -134,6 +136,8 @@ class MetricsConfig:
 class UiConfig:
     jaeger_url: str = ""
     tempo_url: str = ""
+    # Phoenix's base URL: trace links, and each rating as an annotation on the run's root span.
+    phoenix_url: str = ""
 
 
 @dataclass(frozen=True)
