@@ -33,7 +33,7 @@ def export_to_phoenix(agent_db, tmp_path, phoenix, **overrides) -> None:
 
 def expected_rows(agent_db) -> tuple[list[dict], list[dict]]:
     # The demo mix holds a run or two still RUNNING: `once` leaves those for later.
-    runs = table_rows(agent_db, f"SELECT run_id, session_id FROM diagnosis_run WHERE status IN {TERMINAL}")
+    runs = table_rows(agent_db, f"SELECT run_id, session_id, status FROM diagnosis_run WHERE status IN {TERMINAL}")
     tools = table_rows(
         agent_db,
         "SELECT t.id, t.retrieval_layer, t.retrieval_details FROM tool_invocation t "
@@ -61,6 +61,9 @@ def test_openinference_runs_render_as_agent_tool_and_retriever_with_documents_se
 ):
     project = f"sre-diagnosis-{os.getpid()}"
     seed(agent_db, 20, seed_value=31, waiting=0)
+    # This seed has neither a failed run nor a failed call: one of each, so both are compared.
+    agent_db.execute("UPDATE diagnosis_run SET status = 'FAILED' WHERE status = 'SUCCESS' ORDER BY id LIMIT 1")
+    agent_db.execute("UPDATE tool_invocation SET success = 0, error_message = 'timed out for bob@example.com' ORDER BY id LIMIT 1")
     runs, tools = expected_rows(agent_db)
     export_to_phoenix(
         agent_db, tmp_path, phoenix, trace={"conventions": ["gen_ai", "openinference"], "project_name": project},
@@ -89,6 +92,20 @@ def test_openinference_runs_render_as_agent_tool_and_retriever_with_documents_se
     sessions = phoenix.rest(f"projects/{project}/sessions", limit=100)
     assert {session["session_id"] for session in sessions} == {run["session_id"] for run in runs}
     assert project in {p["name"] for p in phoenix.rest("projects")}
+
+    # The status Phoenix's traces list shows: only a success is OK; a failure's error is an event too.
+    status_of = {run["run_id"]: run["status"] for run in runs}
+    roots = [span for span in spans if not span.get("parent_id")]
+    shown = Counter((status_of[r["attributes"]["diagnosis.run.id"]], r["status_code"]) for r in roots)
+    assert {o for o, _c in shown} >= {"SUCCESS", "FAILED", "CANCELLED"}, shown  # the precondition
+    assert all(code == ("OK" if outcome == "SUCCESS" else "ERROR") for outcome, code in shown), shown
+    exceptions = 0
+    for span in spans:
+        if span["status_code"] == "ERROR" and (span.get("parent_id") or status_of[span["attributes"]["diagnosis.run.id"]] == "FAILED"):
+            (event,) = span["events"]
+            assert event["name"] == "exception" and event["attributes"]["exception.message"] == span["status_message"]
+            exceptions += 1
+    assert exceptions >= 2
 
 
 def test_the_default_gen_ai_profile_alone_renders_as_agent_and_tool(agent_db, tmp_path, phoenix):
