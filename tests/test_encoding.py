@@ -74,3 +74,5 @@ def test_the_fast_bytes_parse_back():
     (decoded,) = parsed.resource_spans[0].scope_spans[0].spans
     assert decoded.name == "invoke_agent x" and decoded.attributes[1].value.int_value == -3
     assert decoded.status.message == "boom" and parsed.resource_spans[0].resource.attributes[0].key == "service.name"
+    # The pinned GenAI conventions' schema, on the scope.
+    assert parsed.resource_spans[0].scope_spans[0].schema_url == "https://opentelemetry.io/schemas/gen-ai/0.1.0"

@@ -165,7 +165,7 @@ def test_a_rating_is_also_a_gen_ai_evaluation_result_log_record_on_the_root_span
             "gen_ai.evaluation.score.value": 0.0,
             "diagnosis.run.id": run_id,
         }
-        assert scope_logs.scope.name == "run_otel"
+        assert (scope_logs.scope.name, scope_logs.schema_url) == ("run_otel", "https://opentelemetry.io/schemas/gen-ai/0.1.0")
         assert {kv.key: kv.value.string_value for kv in resource_logs.resource.attributes}["service.name"] == "diagnosis-agent"
     finally:
         receiver.stop()

@@ -110,3 +110,7 @@ OI_DOCUMENT_METADATA = "document.metadata"
 NO_EVIDENCE_PATH = "$.no_evidence"
 
 SCOPE_NAME = "run_otel"
+# The GenAI conventions followed, pinned: semantic-conventions-genai v0.1.0 (every gen_ai span,
+# event and attribute still Development). Its release script names schemas gen-ai/<version>.
+GEN_AI_CONVENTIONS_VERSION = "0.1.0"
+SCHEMA_URL = f"https://opentelemetry.io/schemas/gen-ai/{GEN_AI_CONVENTIONS_VERSION}"

@@ -75,6 +75,7 @@ def encode_request(spans: Iterable[Span], resource: Mapping[str, str]) -> Export
                     ScopeSpans(
                         scope=InstrumentationScope(name=A.SCOPE_NAME, version=__version__),
                         spans=list(spans),
+                        schema_url=A.SCHEMA_URL,
                     )
                 ],
             )
@@ -144,6 +145,7 @@ class FastEncoder:
         # The scope comes from the reference encoder, so it is defined in one place.
         reference_scope = encode_request((), resource).resource_spans[0].scope_spans[0].scope
         self._scope = _field(b"\x0a", reference_scope.SerializeToString())
+        self._schema_url = _field(b"\x1a", A.SCHEMA_URL.encode())  # ScopeSpans.schema_url
         self._resource = _field(
             b"\x0a", b"".join(_field(b"\x0a", self._key_value(k, v)) for k, v in resource.items())
         )
@@ -193,6 +195,6 @@ class FastEncoder:
 
     def request(self, spans: list[bytes]) -> bytes:
         """An ExportTraceServiceRequest holding the encoded spans, serialized."""
-        scope_spans = self._scope + b"".join(_field(b"\x12", s) for s in spans)
+        scope_spans = self._scope + b"".join(_field(b"\x12", s) for s in spans) + self._schema_url
         resource_spans = self._resource + _field(b"\x12", scope_spans)
         return _field(b"\x0a", resource_spans)

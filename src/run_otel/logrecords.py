@@ -51,7 +51,11 @@ def logs_request(records: Sequence[LogRecord], resource: Mapping[str, str]) -> b
             ResourceLogs(
                 resource=Resource(attributes=[KeyValue(key=k, value=AnyValue(string_value=v)) for k, v in resource.items()]),
                 scope_logs=[
-                    ScopeLogs(scope=InstrumentationScope(name=A.SCOPE_NAME, version=__version__), log_records=records)
+                    ScopeLogs(
+                        scope=InstrumentationScope(name=A.SCOPE_NAME, version=__version__),
+                        log_records=records,
+                        schema_url=A.SCHEMA_URL,
+                    )
                 ],
             )
         ]
