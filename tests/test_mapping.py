@@ -409,8 +409,10 @@ def test_a_rag_lookup_is_a_retriever_with_its_evidence_as_documents():
     documents = {k: v for k, v in off.items() if k.startswith("retrieval.documents.")}
     assert documents == {
         "retrieval.documents.0.document.id": "$.docs[0]",
+        "retrieval.documents.0.document.score": 1.0,  # PRECISE
         "retrieval.documents.0.document.metadata": documents["retrieval.documents.0.document.metadata"],
         "retrieval.documents.1.document.id": "$.docs[3]",
+        "retrieval.documents.1.document.score": 1.0,
         "retrieval.documents.1.document.metadata": documents["retrieval.documents.1.document.metadata"],
     }
     assert json.loads(documents["retrieval.documents.1.document.metadata"]) == {
@@ -420,6 +422,26 @@ def test_a_rag_lookup_is_a_retriever_with_its_evidence_as_documents():
     assert on["retrieval.documents.0.document.content"] == "disk full on db-1"
     assert on["retrieval.documents.1.document.content"] == "see runbook 12"
     assert (on["input.value"], on["input.mime_type"]) == ("why is db-1 slow", "text/plain")
+
+
+@pytest.mark.parametrize(("level", "score"), [("PRECISE", 1.0), ("HIGHLY_RELEVANT", 0.75), ("REFERENCE", 0.5), ("DEDUPED", 0.25)])
+def test_a_document_with_its_own_id_keeps_it_across_runs_and_scores_by_relevance(level, score):
+    details = json.dumps({"evidence_refs": [
+        {"raw_path": "$.docs[2]", "doc_id": "kb-4711", "text": "t"},
+        {"raw_path": "$.docs[0]", "document_id": 42},
+        {"raw_path": "$.docs[1]", "doc_id": ""},
+    ]})
+    spans = [
+        mapper(trace=OPENINFERENCE).map_run(make_run(run_id=run_id), [make_tool(1, retrieval_details=details, relevance_level=level)]).spans[1]
+        for run_id in ("run-a", "run-b")
+    ]
+    first, second = (span.attribute_map() for span in spans)
+    ids = [first[f"retrieval.documents.{n}.document.id"] for n in range(3)]
+    assert ids == ["kb-4711", "42", "$.docs[1]"]  # an empty id is no id: the path stands in
+    assert ids == [second[f"retrieval.documents.{n}.document.id"] for n in range(3)]
+    assert [first[f"retrieval.documents.{n}.document.score"] for n in range(3)] == [score] * 3
+    assert json.loads(first["retrieval.documents.0.document.metadata"])["raw_path"] == "$.docs[2]"
+    assert "raw_path" not in json.loads(first["retrieval.documents.2.document.metadata"])
 
 
 def test_document_content_is_redacted_and_cut_like_all_content():

@@ -106,6 +106,11 @@ OI_RETRIEVAL_DOCUMENTS = "retrieval.documents"
 OI_DOCUMENT_ID = "document.id"
 OI_DOCUMENT_CONTENT = "document.content"
 OI_DOCUMENT_METADATA = "document.metadata"
+OI_DOCUMENT_SCORE = "document.score"
+# Evidence-ref keys that hold a document's own, stable id, in order of preference.
+DOCUMENT_ID_KEYS = ("doc_id", "document_id")
+# rag.relevance_level as a document score (higher is more relevant), so a UI can sort by it.
+RELEVANCE_SCORES = {"PRECISE": 1.0, "HIGHLY_RELEVANT": 0.75, "REFERENCE": 0.5, "DEDUPED": 0.25}
 # evidence_refs' marker for "this call found no evidence": not a document.
 NO_EVIDENCE_PATH = "$.no_evidence"
 

@@ -321,18 +321,21 @@ class Mapper:
         )
         if evidence.refs is not None:
             documents = [
-                (ref["raw_path"], ref.get("text"))
+                (ref["raw_path"], ref.get("text"), _stable_id(ref))
                 for ref in evidence.refs
                 if isinstance(ref, dict) and isinstance(ref.get("raw_path"), str)
             ]
         else:  # summarized by the database: paths only, and no text to show
-            documents = [(path, None) for path in evidence.paths]
+            documents = [(path, None, None) for path in evidence.paths]
+        score = A.RELEVANCE_SCORES.get(tool.relevance_level or "")
         pairs: list[tuple[str, AttrValue]] = []
-        for n, (path, text) in enumerate(doc for doc in documents if doc[0] != A.NO_EVIDENCE_PATH):
+        for n, (path, text, stable_id) in enumerate(doc for doc in documents if doc[0] != A.NO_EVIDENCE_PATH):
             prefix = f"{A.OI_RETRIEVAL_DOCUMENTS}.{n}."
-            pairs.append((prefix + A.OI_DOCUMENT_ID, path))
+            # A stable id follows a document across runs; the path is only where it sat in this output.
+            pairs.append((prefix + A.OI_DOCUMENT_ID, stable_id or path))
+            _put(pairs, prefix + A.OI_DOCUMENT_SCORE, score)
             _put(pairs, prefix + A.OI_DOCUMENT_CONTENT, self._content.document_content(text))
-            pairs.append((prefix + A.OI_DOCUMENT_METADATA, metadata))
+            pairs.append((prefix + A.OI_DOCUMENT_METADATA, metadata if stable_id is None else _with_path(metadata, path)))
         return pairs
 
     def _evidence(self, tool: ToolRow, attrs: list, warnings: list[str]) -> Evidence | None:
@@ -359,6 +362,19 @@ def exception_event(error_type: str, message: str, at_ns: int) -> Event:
     if message:
         attrs += ((A.EXCEPTION_MESSAGE, message),)
     return (A.EXCEPTION_EVENT, at_ns, attrs)
+
+
+def _stable_id(ref: dict) -> str | None:
+    """The evidence's own document id, when it carries one (a non-empty string or integer)."""
+    for key in A.DOCUMENT_ID_KEYS:
+        value = ref.get(key)
+        if isinstance(value, str) and value or isinstance(value, int) and not isinstance(value, bool):
+            return str(value)
+    return None
+
+
+def _with_path(metadata: str, path: str) -> str:
+    return _compact_json({**json.loads(metadata), "raw_path": path})
 
 
 def _put(attrs: list, key: str, value: AttrValue | None) -> None:
