@@ -88,7 +88,7 @@ def assert_trace_matches(run: dict, tools: list[dict], spans: list) -> None:
     for child, tool in zip(children, tools):
         attrs = attrs_of(child)
         assert child.parent_span_id == root.span_id
-        assert child.name == f"execute_tool {tool['tool_name']}"
+        assert child.name == f"{'retrieval' if tool['retrieval_layer'] else 'execute_tool'} {tool['tool_name']}"
         assert attrs["gen_ai.tool.call.id"] == str(tool["id"])
         assert attrs.get("rag.retrieval_layer") == tool["retrieval_layer"]
         assert attrs.get("rag.l0_match_count") == tool["l0_match_count"]

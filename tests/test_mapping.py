@@ -113,7 +113,11 @@ def test_span_ids_are_hashes_of_run_and_tool_ids():
 def test_names_follow_gen_ai_conventions():
     mapped = mapper(trace={"agent_name": "ops-agent"}).map_run(make_run(), [make_tool(1)])
     assert mapped.root.name == "invoke_agent ops-agent"
-    assert mapped.spans[1].name == "execute_tool lookup_knowledge"
+    # A RAG lookup (retrieval_layer set) is the conventions' retrieval operation; any other call a tool.
+    assert mapped.spans[1].name == "retrieval lookup_knowledge"
+    plain = mapper().map_run(make_run(), [make_tool(1, retrieval_layer=None, tool_name="restart_pod")]).spans[1]
+    assert plain.name == "execute_tool restart_pod"
+    assert plain.attribute_map()["gen_ai.operation.name"] == "execute_tool"
 
 
 def test_root_runs_for_total_duration():
@@ -266,7 +270,7 @@ def test_root_attributes():
 def test_tool_attributes():
     attrs = mapper().map_run(make_run(), [make_tool(9, dedup_reason="doc_retrieved")]).spans[1].attribute_map()
     assert attrs == {
-        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.operation.name": "retrieval",
         "gen_ai.tool.name": "lookup_knowledge",
         "gen_ai.tool.call.id": "9",
         "gen_ai.tool.type": "datastore",
@@ -280,6 +284,8 @@ def test_tool_attributes():
         "rag.evidence.status": "supported",
         "rag.evidence.count": 1,
         "rag.evidence.paths": ("$.logs[0]",),
+        "gen_ai.data_source.id": "lookup_knowledge",
+        "gen_ai.retrieval.documents": '[{"id":"$.logs[0]","score":1.0}]',
         "tool.output_length": 10,
         "tool.output_truncated": False,
         "tool.duration_ms": 1500,
@@ -440,6 +446,8 @@ def test_a_document_with_its_own_id_keeps_it_across_runs_and_scores_by_relevance
     assert ids == ["kb-4711", "42", "$.docs[1]"]  # an empty id is no id: the path stands in
     assert ids == [second[f"retrieval.documents.{n}.document.id"] for n in range(3)]
     assert [first[f"retrieval.documents.{n}.document.score"] for n in range(3)] == [score] * 3
+    # The conventions' own attribute names the same documents, with the same ids and scores.
+    assert json.loads(first["gen_ai.retrieval.documents"]) == [{"id": doc_id, "score": score} for doc_id in ids]
     assert json.loads(first["retrieval.documents.0.document.metadata"])["raw_path"] == "$.docs[2]"
     assert "raw_path" not in json.loads(first["retrieval.documents.2.document.metadata"])
 

@@ -247,7 +247,8 @@ class Mapper:
             trace_id=trace_id,
             span_id=tool_span_id_for(run.run_id, tool.id),
             parent_span_id=root_id,
-            name=f"{A.OPERATION_EXECUTE_TOOL} {tool.tool_name}",
+            # A RAG lookup is the conventions' retrieval operation; Jaeger's UI classifies it as one.
+            name=f"{A.OPERATION_RETRIEVAL if tool.retrieval_layer is not None else A.OPERATION_EXECUTE_TOOL} {tool.tool_name}",
             start_ns=start_ns,
             end_ns=end_ns,
             attributes=self._tool_attributes(run, tool, duration, warnings),
@@ -260,7 +261,8 @@ class Mapper:
         return self._content.error_text(message)
 
     def _tool_attributes(self, run: RunRow, tool: ToolRow, duration_ms: int | None, warnings: list[str]) -> tuple:
-        attrs: list[tuple[str, AttrValue]] = [(A.GEN_AI_OPERATION_NAME, A.OPERATION_EXECUTE_TOOL)]
+        operation = A.OPERATION_RETRIEVAL if tool.retrieval_layer is not None else A.OPERATION_EXECUTE_TOOL
+        attrs: list[tuple[str, AttrValue]] = [(A.GEN_AI_OPERATION_NAME, operation)]
         _put(attrs, A.GEN_AI_TOOL_NAME, tool.tool_name)
         attrs.append((A.GEN_AI_TOOL_CALL_ID, str(tool.id)))
         tool_type = A.TOOL_TYPE_DATASTORE if tool.retrieval_layer is not None else A.TOOL_TYPE_FUNCTION
@@ -282,6 +284,10 @@ class Mapper:
             if value is not None:
                 attrs.append((key, value))
         evidence = self._evidence(tool, attrs, warnings)
+        if tool.retrieval_layer is not None:
+            _put(attrs, A.GEN_AI_DATA_SOURCE_ID, tool.tool_name)
+            if evidence is not None and evidence.paths:
+                attrs.append((A.GEN_AI_RETRIEVAL_DOCUMENTS, self._retrieval_documents(evidence, tool)))
         _put(attrs, A.TOOL_OUTPUT_LENGTH, tool.output_length)
         _put(attrs, A.TOOL_OUTPUT_TRUNCATED, None if tool.is_truncated is None else bool(tool.is_truncated))
         # The span treats an out-of-range duration as missing; so does its attribute.
@@ -304,6 +310,20 @@ class Mapper:
                 )
             )
         return tuple(attrs)
+
+    @staticmethod
+    def _retrieval_documents(evidence: Evidence, tool: ToolRow) -> str:
+        """gen_ai.retrieval.documents: JSON [{id, score}], the same ids and scores as the OpenInference documents."""
+        score = A.RELEVANCE_SCORES.get(tool.relevance_level or "")
+        if evidence.refs is not None:
+            ids = [
+                _stable_id(ref) or ref["raw_path"]
+                for ref in evidence.refs
+                if isinstance(ref, dict) and isinstance(ref.get("raw_path"), str) and ref["raw_path"] != A.NO_EVIDENCE_PATH
+            ]
+        else:
+            ids = [path for path in evidence.paths if path != A.NO_EVIDENCE_PATH]
+        return _compact_json([{"id": doc_id, **({"score": score} if score is not None else {})} for doc_id in ids])
 
     def _documents(self, evidence: Evidence, tool: ToolRow) -> list[tuple[str, AttrValue]]:
         """retrieval.documents.N.document.*: one per evidence ref with a raw_path, except $.no_evidence."""
