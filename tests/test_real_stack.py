@@ -352,3 +352,29 @@ def test_show_and_the_backfill_summary_print_ids_and_links_that_open_in_jaeger(s
     for summary_link in summary_links:
         found = requests.get(f"{jaeger_url}/api/traces/{summary_link.rsplit('/', 1)[1]}", timeout=10)
         assert found.status_code == 200 and found.json()["data"], summary_link
+
+
+def test_each_refused_log_batch_is_counted_and_warned_about_once(stack, tmp_path, caplog):
+    import logging
+
+    from run_otel.clock import SourceClock
+    from run_otel.config import build_config
+    from run_otel.evaluation import Evaluations
+    from run_otel.logrecords import LogRecordSender, build_log_sink
+    from run_otel.rows import FeedbackRow
+
+    jaeger, _collector, _tempo = stack
+    config = build_config({"export": {"endpoint": f"http://127.0.0.1:{jaeger.otlp_port}", "timeout_seconds": 5}})
+    refused = []
+    sender = LogRecordSender(build_log_sink(config), {"service.name": SERVICE}, lambda: refused.append(1))
+    record = Evaluations(config.feedback, SourceClock("UTC")).log_record(
+        FeedbackRow(1, f"run-{uuid.uuid4()}", None, "UP", datetime(2026, 1, 1))
+    )
+    try:
+        with caplog.at_level(logging.DEBUG, logger="run_otel.logrecords"):
+            assert sender.send([record]) is False and sender.send([record]) is False
+    finally:
+        sender.close()
+    assert len(refused) == 2  # each refused batch counted (run_otel_export_failures_total in the daemon)
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "UNIMPLEMENTED" in warnings[0].getMessage()
