@@ -19,6 +19,7 @@ from . import attributes as A
 from .clock import SourceClock
 from .config import Config
 from .content import ContentPolicy
+from .documents import openinference_documents, retrieval_documents
 from .evidence import Evidence, summarize
 from .memo import Memo
 from .rows import RELEVANCE_LEVELS, RETRIEVAL_LAYERS, RunRow, ToolRow
@@ -287,7 +288,7 @@ class Mapper:
         if tool.retrieval_layer is not None:
             _put(attrs, A.GEN_AI_DATA_SOURCE_ID, tool.tool_name)
             if evidence is not None and evidence.paths:
-                attrs.append((A.GEN_AI_RETRIEVAL_DOCUMENTS, self._retrieval_documents(evidence, tool)))
+                attrs.append((A.GEN_AI_RETRIEVAL_DOCUMENTS, retrieval_documents(evidence, tool)))
         _put(attrs, A.TOOL_OUTPUT_LENGTH, tool.output_length)
         _put(attrs, A.TOOL_OUTPUT_TRUNCATED, None if tool.is_truncated is None else bool(tool.is_truncated))
         # The span treats an out-of-range duration as missing; so does its attribute.
@@ -301,7 +302,7 @@ class Mapper:
             _put(attrs, A.OI_TOOL_NAME, tool.tool_name)
             _put(attrs, A.SESSION_ID, run.session_id)
             if retriever and evidence is not None and evidence.paths:
-                attrs.extend(self._documents(evidence, tool))
+                attrs.extend(openinference_documents(evidence, tool, self._content))
         if self._content.capture:
             refs_json = _compact_json(evidence.refs) if evidence is not None and evidence.refs is not None else None
             attrs.extend(
@@ -310,53 +311,6 @@ class Mapper:
                 )
             )
         return tuple(attrs)
-
-    @staticmethod
-    def _retrieval_documents(evidence: Evidence, tool: ToolRow) -> str:
-        """gen_ai.retrieval.documents: JSON [{id, score}], the same ids and scores as the OpenInference documents."""
-        score = A.RELEVANCE_SCORES.get(tool.relevance_level or "")
-        if evidence.refs is not None:
-            ids = [
-                _stable_id(ref) or ref["raw_path"]
-                for ref in evidence.refs
-                if isinstance(ref, dict) and isinstance(ref.get("raw_path"), str) and ref["raw_path"] != A.NO_EVIDENCE_PATH
-            ]
-        else:
-            ids = [path for path in evidence.paths if path != A.NO_EVIDENCE_PATH]
-        return _compact_json([{"id": doc_id, **({"score": score} if score is not None else {})} for doc_id in ids])
-
-    def _documents(self, evidence: Evidence, tool: ToolRow) -> list[tuple[str, AttrValue]]:
-        """retrieval.documents.N.document.*: one per evidence ref with a raw_path, except $.no_evidence."""
-        metadata = _compact_json(
-            {
-                key: value
-                for key, value in (
-                    ("retrieval_layer", tool.retrieval_layer),
-                    ("relevance_level", tool.relevance_level),
-                    ("l0_match_count", tool.l0_match_count),
-                    ("l1_match_count", tool.l1_match_count),
-                )
-                if value is not None
-            }
-        )
-        if evidence.refs is not None:
-            documents = [
-                (ref["raw_path"], ref.get("text"), _stable_id(ref))
-                for ref in evidence.refs
-                if isinstance(ref, dict) and isinstance(ref.get("raw_path"), str)
-            ]
-        else:  # summarized by the database: paths only, and no text to show
-            documents = [(path, None, None) for path in evidence.paths]
-        score = A.RELEVANCE_SCORES.get(tool.relevance_level or "")
-        pairs: list[tuple[str, AttrValue]] = []
-        for n, (path, text, stable_id) in enumerate(doc for doc in documents if doc[0] != A.NO_EVIDENCE_PATH):
-            prefix = f"{A.OI_RETRIEVAL_DOCUMENTS}.{n}."
-            # A stable id follows a document across runs; the path is only where it sat in this output.
-            pairs.append((prefix + A.OI_DOCUMENT_ID, stable_id or path))
-            _put(pairs, prefix + A.OI_DOCUMENT_SCORE, score)
-            _put(pairs, prefix + A.OI_DOCUMENT_CONTENT, self._content.document_content(text))
-            pairs.append((prefix + A.OI_DOCUMENT_METADATA, metadata if stable_id is None else _with_path(metadata, path)))
-        return pairs
 
     def _evidence(self, tool: ToolRow, attrs: list, warnings: list[str]) -> Evidence | None:
         """Adds rag.evidence.* from retrieval_details, parsed here or summarized by the database."""
@@ -382,19 +336,6 @@ def exception_event(error_type: str, message: str, at_ns: int) -> Event:
     if message:
         attrs += ((A.EXCEPTION_MESSAGE, message),)
     return (A.EXCEPTION_EVENT, at_ns, attrs)
-
-
-def _stable_id(ref: dict) -> str | None:
-    """The evidence's own document id, when it carries one (a non-empty string or integer)."""
-    for key in A.DOCUMENT_ID_KEYS:
-        value = ref.get(key)
-        if isinstance(value, str) and value or isinstance(value, int) and not isinstance(value, bool):
-            return str(value)
-    return None
-
-
-def _with_path(metadata: str, path: str) -> str:
-    return _compact_json({**json.loads(metadata), "raw_path": path})
 
 
 def _put(attrs: list, key: str, value: AttrValue | None) -> None:
