@@ -181,6 +181,20 @@ class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
         return self._receiver.accept(request)
 
 
+class _LogsService:
+    """OTLP logs, served only when a Receiver is built with ``logs=True`` (else UNIMPLEMENTED, as Jaeger answers)."""
+
+    def __init__(self, receiver: Receiver):
+        self._receiver = receiver
+
+    def Export(self, request, context):
+        from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
+
+        with self._receiver._lock:
+            self._receiver.log_requests.append(request)
+        return logs_service_pb2.ExportLogsServiceResponse()
+
+
 @dataclass
 class Receiver:
     """The test's OTLP/gRPC trace receiver. Keeps every request it was sent."""
@@ -199,6 +213,8 @@ class Receiver:
     max_receive_bytes: int | None = None
     # Answer a partial_success that rejects nothing but carries this message (a receiver's warning).
     warning: str = ""
+    logs: bool = False  # also serve the OTLP logs service
+    log_requests: list = field(default_factory=list)
 
     def __post_init__(self):
         self._lock = threading.Lock()
@@ -231,6 +247,10 @@ class Receiver:
         options = [] if self.max_receive_bytes is None else [("grpc.max_receive_message_length", self.max_receive_bytes)]
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4), options=options)
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_TraceService(self), self._server)
+        if self.logs:
+            from opentelemetry.proto.collector.logs.v1 import logs_service_pb2_grpc
+
+            logs_service_pb2_grpc.add_LogsServiceServicer_to_server(_LogsService(self), self._server)  # type: ignore[arg-type]
         self._server.add_insecure_port(f"127.0.0.1:{self.port}")
         self._server.start()
 

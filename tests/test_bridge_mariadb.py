@@ -20,6 +20,9 @@ from run_otel.schema import diagnosis_run
 
 PROTOCOLS = ["grpc", "http/protobuf"]
 TERMINAL = ("SUCCESS", "FALLBACK", "FAILED", "CANCELLED")
+# OTLP status code of the root per outcome: OK 1, ERROR 2. A trace list marks only errors, so
+# FALLBACK and CANCELLED are errors too, told from FAILED by error.type (README).
+ROOT_STATUS = {"SUCCESS": 1, "FAILED": 2, "FALLBACK": 2, "CANCELLED": 2}
 
 
 def epoch_ns(dt: datetime) -> int:
@@ -80,12 +83,12 @@ def assert_trace_matches(run: dict, tools: list[dict], spans: list) -> None:
     assert root_attrs["gen_ai.conversation.id"] == run["session_id"]
     assert root_attrs.get("diagnosis.run.intent") == run["intent"]
     assert root_attrs.get("diagnosis.run.total_token_count") == run["total_token_count"]
-    assert (root.status.code == 2) == (run["status"] == "FAILED")
+    assert root.status.code == ROOT_STATUS[run["status"]], (run["status"], root.status)
     starts, ends = [epoch_ns(run["created_at"])], [epoch_ns(run["created_at"]) + run["total_duration_ms"] * 1_000_000]
     for child, tool in zip(children, tools):
         attrs = attrs_of(child)
         assert child.parent_span_id == root.span_id
-        assert child.name == f"execute_tool {tool['tool_name']}"
+        assert child.name == f"{'retrieval' if tool['retrieval_layer'] else 'execute_tool'} {tool['tool_name']}"
         assert attrs["gen_ai.tool.call.id"] == str(tool["id"])
         assert attrs.get("rag.retrieval_layer") == tool["retrieval_layer"]
         assert attrs.get("rag.l0_match_count") == tool["l0_match_count"]

@@ -92,6 +92,27 @@ def test_standard_otel_variables_are_honoured():
     assert load_config(None, environ={"OTEL_SERVICE_NAME": "a", "RUN_OTEL_SERVICE__NAME": "b"}).service.name == "b"
 
 
+GENAI_CAPTURE = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+
+
+@pytest.mark.parametrize(
+    ("value", "capture"),
+    [("true", True), ("TRUE", True), ("SPAN_ONLY", True), ("span_and_event", True), ("false", False), ("NO_CONTENT", False), ("EVENT_ONLY", False)],
+)
+def test_the_genai_content_variable_beats_the_file_and_run_otel_variables_beat_it(tmp_path, value, capture):
+    path = tmp_path / "c.toml"
+    path.write_text(f"[content]\ncapture = {str(not capture).lower()}\n")
+    assert load_config(path, environ={}).content.capture is (not capture)  # the precondition: the file says the opposite
+    assert load_config(path, environ={GENAI_CAPTURE: value}).content.capture is capture
+    overridden = {GENAI_CAPTURE: value, "RUN_OTEL_CONTENT__CAPTURE": str(not capture).lower()}
+    assert load_config(path, environ=overridden).content.capture is (not capture)
+
+
+def test_a_bad_genai_content_value_names_the_variable():
+    with pytest.raises(ConfigError, match=f"{GENAI_CAPTURE} must be one of .*got 'maybe'"):
+        load_config(None, environ={GENAI_CAPTURE: "maybe"})
+
+
 def test_traces_specific_endpoint_wins():
     config = load_config(
         None, environ={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://a:4317", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://b:4317"}

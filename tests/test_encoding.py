@@ -28,6 +28,14 @@ spans = st.builds(
     status_code=st.sampled_from([0, 1, 2]),
     dropped_attributes_count=st.sampled_from([0]) | st.integers(min_value=1, max_value=2**32 - 1),
     status_message=text,
+    events=st.lists(
+        st.tuples(
+            text,
+            st.integers(min_value=0, max_value=2**64 - 1),
+            st.lists(st.tuples(st.text(min_size=1, max_size=30), attribute_value), max_size=4).map(tuple),
+        ),
+        max_size=3,
+    ).map(tuple),
 )
 resources = st.dictionaries(st.text(min_size=1, max_size=20), text, max_size=5)
 
@@ -67,3 +75,5 @@ def test_the_fast_bytes_parse_back():
     (decoded,) = parsed.resource_spans[0].scope_spans[0].spans
     assert decoded.name == "invoke_agent x" and decoded.attributes[1].value.int_value == -3
     assert decoded.status.message == "boom" and parsed.resource_spans[0].resource.attributes[0].key == "service.name"
+    # The pinned GenAI conventions' schema, on the scope.
+    assert parsed.resource_spans[0].scope_spans[0].schema_url == "https://opentelemetry.io/schemas/gen-ai/0.1.0"

@@ -133,3 +133,39 @@ def test_a_crash_before_the_ack_resends_the_feedback_and_counts_it_once(agent_db
     finally:
         daemon.terminate()
         receiver.stop()
+
+
+def test_a_rating_is_also_a_gen_ai_evaluation_result_log_record_on_the_root_span(agent_db, tmp_path):
+    receiver = Receiver(logs=True)
+    receiver.start()
+    try:
+        (trace,) = add_runs(agent_db, ["UTC_TIMESTAMP() - INTERVAL 10 MINUTE"])
+        run_id = f"run-{uuid.UUID(trace)}"
+        sections = bridge_sections(agent_db, tmp_path, f"http://{receiver.endpoint}", feedback={"log_records": True})
+        config = str(write_config(tmp_path / "c.toml", sections))
+        assert run_cli("once", "--config", config).returncode == 0
+        assert receiver.log_requests == []  # nothing rated yet: no record
+        agent_db.execute(
+            "UPDATE diagnosis_run SET feedback = 'DOWN', updated_at = '2031-05-06 07:08:09' WHERE run_id = %s", run_id
+        )
+        done = run_cli("once", "--config", config)
+        assert "1 new or changed sent" in done.stdout, done.stdout
+        assert "not accepted" not in done.stderr
+        (request,) = receiver.log_requests
+        (resource_logs,) = request.resource_logs
+        (scope_logs,) = resource_logs.scope_logs
+        (record,) = scope_logs.log_records
+        assert record.event_name == "gen_ai.evaluation.result"
+        assert record.trace_id.hex() == trace
+        assert record.span_id == hashlib.sha256(f"run:{run_id}".encode()).digest()[:8]
+        assert record.time_unix_nano == 1_935_817_689 * 10**9  # 2031-05-06T07:08:09Z, when it was rated
+        assert attrs(record) == {
+            "gen_ai.evaluation.name": "user_feedback",
+            "gen_ai.evaluation.score.label": "DOWN",
+            "gen_ai.evaluation.score.value": 0.0,
+            "diagnosis.run.id": run_id,
+        }
+        assert (scope_logs.scope.name, scope_logs.schema_url) == ("run_otel", "https://opentelemetry.io/schemas/gen-ai/0.1.0")
+        assert {kv.key: kv.value.string_value for kv in resource_logs.resource.attributes}["service.name"] == "diagnosis-agent"
+    finally:
+        receiver.stop()

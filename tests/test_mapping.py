@@ -13,7 +13,7 @@ from run_otel import attributes as A
 from run_otel.config import build_config
 from run_otel.content import is_content_attribute
 from run_otel.encoding import resource_attributes
-from run_otel.mapping import STATUS_ERROR, STATUS_UNSET, Mapper
+from run_otel.mapping import STATUS_ERROR, STATUS_OK, STATUS_UNSET, Mapper
 from run_otel.rows import RunRow, ToolRow
 
 RUN_ID = "run-550e8400-e29b-41d4-a716-446655440000"
@@ -113,7 +113,11 @@ def test_span_ids_are_hashes_of_run_and_tool_ids():
 def test_names_follow_gen_ai_conventions():
     mapped = mapper(trace={"agent_name": "ops-agent"}).map_run(make_run(), [make_tool(1)])
     assert mapped.root.name == "invoke_agent ops-agent"
-    assert mapped.spans[1].name == "execute_tool lookup_knowledge"
+    # A RAG lookup (retrieval_layer set) is the conventions' retrieval operation; any other call a tool.
+    assert mapped.spans[1].name == "retrieval lookup_knowledge"
+    plain = mapper().map_run(make_run(), [make_tool(1, retrieval_layer=None, tool_name="restart_pod")]).spans[1]
+    assert plain.name == "execute_tool restart_pod"
+    assert plain.attribute_map()["gen_ai.operation.name"] == "execute_tool"
 
 
 def test_root_runs_for_total_duration():
@@ -166,18 +170,30 @@ def test_source_timezone_shifts_naive_datetimes():
 # -- status ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("status", ["SUCCESS", "FALLBACK", "CANCELLED"])
-def test_outcomes_other_than_failure_leave_status_unset(status):
-    root = mapper().map_run(make_run(status=status), []).root
-    assert root.status_code == STATUS_UNSET
+def test_a_successful_run_is_ok():
+    root = mapper().map_run(make_run(status="SUCCESS"), []).root
+    assert root.status_code == STATUS_OK and not root.status_message and not root.events
     assert "error.type" not in root.attribute_map()
+
+
+@pytest.mark.parametrize(
+    ("status", "error_type", "description"),
+    [("FALLBACK", "run_fallback", "run fell back"), ("CANCELLED", "run_cancelled", "run was cancelled")],
+)
+def test_fallback_and_cancelled_are_marked_in_lists_but_are_not_exceptions(status, error_type, description):
+    # Jaeger's trace list marks only errors: anything else would look like a SUCCESS there.
+    root = mapper().map_run(make_run(status=status), []).root
+    assert root.status_code == STATUS_ERROR and root.status_message == description
+    assert root.attribute_map()["error.type"] == error_type
     assert root.attribute_map()["diagnosis.run.status"] == status
+    assert not root.events  # nothing was raised: the outcome, not a failure
 
 
-def test_failed_run_is_an_error():
+def test_failed_run_is_an_error_with_an_exception_event():
     root = mapper().map_run(make_run(status="FAILED"), []).root
     assert root.status_code == STATUS_ERROR
     assert root.attribute_map()["error.type"] == "run_failed"
+    assert root.events == (("exception", root.end_ns, (("exception.type", "run_failed"), ("exception.message", "run failed"))),)
 
 
 @pytest.mark.parametrize("status", ["PENDING", "RUNNING", None])
@@ -203,6 +219,14 @@ def test_failed_tool_is_an_error_with_redacted_message():
     assert "bob@example.com" not in span.status_message
     assert "[REDACTED]" in span.status_message
     assert len(span.status_message) == 1024
+    # Jaeger's Logs section shows events: the error is there too, as record_exception writes it.
+    ((name, at_ns, attrs),) = span.events
+    assert (name, at_ns) == ("exception", span.end_ns)
+    assert dict(attrs) == {"exception.type": "tool_error", "exception.message": span.status_message}
+
+
+def test_a_tool_that_did_not_fail_has_no_event():
+    assert [s.events for s in mapper().map_run(make_run(), [make_tool(1), make_tool(2, success=None)]).spans] == [(), (), ()]
 
 
 def test_null_success_leaves_status_unset():
@@ -246,7 +270,7 @@ def test_root_attributes():
 def test_tool_attributes():
     attrs = mapper().map_run(make_run(), [make_tool(9, dedup_reason="doc_retrieved")]).spans[1].attribute_map()
     assert attrs == {
-        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.operation.name": "retrieval",
         "gen_ai.tool.name": "lookup_knowledge",
         "gen_ai.tool.call.id": "9",
         "gen_ai.tool.type": "datastore",
@@ -260,6 +284,8 @@ def test_tool_attributes():
         "rag.evidence.status": "supported",
         "rag.evidence.count": 1,
         "rag.evidence.paths": ("$.logs[0]",),
+        "gen_ai.data_source.id": "lookup_knowledge",
+        "gen_ai.retrieval.documents": '[{"id":"$.logs[0]","score":1.0}]',
         "tool.output_length": 10,
         "tool.output_truncated": False,
         "tool.duration_ms": 1500,
@@ -389,8 +415,10 @@ def test_a_rag_lookup_is_a_retriever_with_its_evidence_as_documents():
     documents = {k: v for k, v in off.items() if k.startswith("retrieval.documents.")}
     assert documents == {
         "retrieval.documents.0.document.id": "$.docs[0]",
+        "retrieval.documents.0.document.score": 1.0,  # PRECISE
         "retrieval.documents.0.document.metadata": documents["retrieval.documents.0.document.metadata"],
         "retrieval.documents.1.document.id": "$.docs[3]",
+        "retrieval.documents.1.document.score": 1.0,
         "retrieval.documents.1.document.metadata": documents["retrieval.documents.1.document.metadata"],
     }
     assert json.loads(documents["retrieval.documents.1.document.metadata"]) == {
@@ -400,6 +428,28 @@ def test_a_rag_lookup_is_a_retriever_with_its_evidence_as_documents():
     assert on["retrieval.documents.0.document.content"] == "disk full on db-1"
     assert on["retrieval.documents.1.document.content"] == "see runbook 12"
     assert (on["input.value"], on["input.mime_type"]) == ("why is db-1 slow", "text/plain")
+
+
+@pytest.mark.parametrize(("level", "score"), [("PRECISE", 1.0), ("HIGHLY_RELEVANT", 0.75), ("REFERENCE", 0.5), ("DEDUPED", 0.25)])
+def test_a_document_with_its_own_id_keeps_it_across_runs_and_scores_by_relevance(level, score):
+    details = json.dumps({"evidence_refs": [
+        {"raw_path": "$.docs[2]", "doc_id": "kb-4711", "text": "t"},
+        {"raw_path": "$.docs[0]", "document_id": 42},
+        {"raw_path": "$.docs[1]", "doc_id": ""},
+    ]})
+    spans = [
+        mapper(trace=OPENINFERENCE).map_run(make_run(run_id=run_id), [make_tool(1, retrieval_details=details, relevance_level=level)]).spans[1]
+        for run_id in ("run-a", "run-b")
+    ]
+    first, second = (span.attribute_map() for span in spans)
+    ids = [first[f"retrieval.documents.{n}.document.id"] for n in range(3)]
+    assert ids == ["kb-4711", "42", "$.docs[1]"]  # an empty id is no id: the path stands in
+    assert ids == [second[f"retrieval.documents.{n}.document.id"] for n in range(3)]
+    assert [first[f"retrieval.documents.{n}.document.score"] for n in range(3)] == [score] * 3
+    # The conventions' own attribute names the same documents, with the same ids and scores.
+    assert json.loads(first["gen_ai.retrieval.documents"]) == [{"id": doc_id, "score": score} for doc_id in ids]
+    assert json.loads(first["retrieval.documents.0.document.metadata"])["raw_path"] == "$.docs[2]"
+    assert "raw_path" not in json.loads(first["retrieval.documents.2.document.metadata"])
 
 
 def test_document_content_is_redacted_and_cut_like_all_content():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
+from datetime import datetime
 
 import pytest
 from conftest import bridge_sections, run_cli, table_rows, write_config
@@ -32,7 +33,7 @@ def export_to_phoenix(agent_db, tmp_path, phoenix, **overrides) -> None:
 
 def expected_rows(agent_db) -> tuple[list[dict], list[dict]]:
     # The demo mix holds a run or two still RUNNING: `once` leaves those for later.
-    runs = table_rows(agent_db, f"SELECT run_id, session_id FROM diagnosis_run WHERE status IN {TERMINAL}")
+    runs = table_rows(agent_db, f"SELECT run_id, session_id, status FROM diagnosis_run WHERE status IN {TERMINAL}")
     tools = table_rows(
         agent_db,
         "SELECT t.id, t.retrieval_layer, t.retrieval_details FROM tool_invocation t "
@@ -60,6 +61,9 @@ def test_openinference_runs_render_as_agent_tool_and_retriever_with_documents_se
 ):
     project = f"sre-diagnosis-{os.getpid()}"
     seed(agent_db, 20, seed_value=31, waiting=0)
+    # This seed has neither a failed run nor a failed call: one of each, so both are compared.
+    agent_db.execute("UPDATE diagnosis_run SET status = 'FAILED' WHERE status = 'SUCCESS' ORDER BY id LIMIT 1")
+    agent_db.execute("UPDATE tool_invocation SET success = 0, error_message = 'timed out for bob@example.com' ORDER BY id LIMIT 1")
     runs, tools = expected_rows(agent_db)
     export_to_phoenix(
         agent_db, tmp_path, phoenix, trace={"conventions": ["gen_ai", "openinference"], "project_name": project},
@@ -89,8 +93,22 @@ def test_openinference_runs_render_as_agent_tool_and_retriever_with_documents_se
     assert {session["session_id"] for session in sessions} == {run["session_id"] for run in runs}
     assert project in {p["name"] for p in phoenix.rest("projects")}
 
+    # The status Phoenix's traces list shows: only a success is OK; a failure's error is an event too.
+    status_of = {run["run_id"]: run["status"] for run in runs}
+    roots = [span for span in spans if not span.get("parent_id")]
+    shown = Counter((status_of[r["attributes"]["diagnosis.run.id"]], r["status_code"]) for r in roots)
+    assert {o for o, _c in shown} >= {"SUCCESS", "FAILED", "CANCELLED"}, shown  # the precondition
+    assert all(code == ("OK" if outcome == "SUCCESS" else "ERROR") for outcome, code in shown), shown
+    exceptions = 0
+    for span in spans:
+        if span["status_code"] == "ERROR" and (span.get("parent_id") or status_of[span["attributes"]["diagnosis.run.id"]] == "FAILED"):
+            (event,) = span["events"]
+            assert event["name"] == "exception" and event["attributes"]["exception.message"] == span["status_message"]
+            exceptions += 1
+    assert exceptions >= 2
 
-def test_the_default_gen_ai_profile_alone_renders_as_agent_and_tool(agent_db, tmp_path, phoenix):
+
+def test_the_default_gen_ai_profile_alone_renders_as_agent_tool_and_retriever(agent_db, tmp_path, phoenix):
     # Phoenix converts gen_ai.* itself (since 15.10); runs land in its default project.
     service = f"genai-only-{os.getpid()}"
     seed(agent_db, 8, seed_value=32, waiting=0)
@@ -104,5 +122,58 @@ def test_the_default_gen_ai_profile_alone_renders_as_agent_and_tool(agent_db, tm
         "the gen_ai-only spans in Phoenix's default project",
         0.5,
     )
-    assert Counter(span["span_kind"] for span in ours) == {"AGENT": len(runs), "TOOL": len(tools)}
+    # Phoenix reads the conventions' retrieval operation as a RETRIEVER of its own accord.
+    retrievers = sum(tool["retrieval_layer"] is not None for tool in tools)
+    assert retrievers > 0
+    assert Counter(span["span_kind"] for span in ours) == {"AGENT": len(runs), "RETRIEVER": retrievers, "TOOL": len(tools) - retrievers}
     assert service not in {p["name"] for p in phoenix.rest("projects")}
+
+
+def phoenix_trace_latency_ms(phoenix: Phoenix, project: str, trace_id: str) -> float:
+    (project_id,) = [p["id"] for p in phoenix.rest("projects") if p["name"] == project]
+    node = phoenix.graphql(f'{{ node(id: "{project_id}") {{ ... on Project {{ trace(traceId: "{trace_id}") {{ latencyMs }} }} }} }}')
+    return node["node"]["trace"]["latencyMs"]
+
+
+def root_annotations(phoenix: Phoenix, project: str, root_span_id: str) -> list[dict]:
+    return phoenix.rest(f"projects/{project}/span_annotations", span_ids=root_span_id)
+
+
+def test_a_rating_after_export_is_a_human_annotation_on_the_root_and_leaves_the_latency_alone(agent_db, tmp_path, phoenix):
+    project = f"rated-{os.getpid()}"
+    seed(agent_db, 4, seed_value=33, waiting=0)
+    agent_db.execute("UPDATE diagnosis_run SET feedback = NULL")
+    runs, tools = expected_rows(agent_db)
+    overrides = dict(trace={"conventions": ["gen_ai", "openinference"], "project_name": project}, ui={"phoenix_url": phoenix.url})
+    export_to_phoenix(agent_db, tmp_path, phoenix, **overrides)
+    spans = project_spans(phoenix, project, len(runs) + len(tools))
+    run_id = runs[0]["run_id"]
+    (root,) = [s for s in spans if s["attributes"].get("diagnosis.run.id") == run_id and not s.get("parent_id")]
+    trace_id, root_id = root["context"]["trace_id"], root["context"]["span_id"]
+    run_ms = (datetime.fromisoformat(root["end_time"]) - datetime.fromisoformat(root["start_time"])).total_seconds() * 1000
+    latency = wait_for(lambda: phoenix_trace_latency_ms(phoenix, project, trace_id), 30, "the trace's latency", 0.5)
+    assert latency == pytest.approx(run_ms, abs=0.01) and run_ms < 10 * 60 * 1000  # the precondition
+    assert root_annotations(phoenix, project, root_id) == []
+
+    # Rated 24 minutes after the run started, long after it was sent.
+    agent_db.execute(
+        "UPDATE diagnosis_run SET feedback = 'DOWN', updated_at = created_at + INTERVAL 24 MINUTE WHERE run_id = %s", run_id
+    )
+    export_to_phoenix(agent_db, tmp_path, phoenix, **overrides)
+    (annotation,) = root_annotations(phoenix, project, root_id)
+    assert (annotation["name"], annotation["annotator_kind"]) == ("user_feedback", "HUMAN")
+    assert (annotation["result"]["label"], annotation["result"]["score"]) == ("DOWN", 0.0)
+    assert annotation["metadata"]["run_id"] == run_id
+    wait_for(
+        lambda: any(s["attributes"].get("gen_ai.evaluation.score.label") == "DOWN" for s in phoenix.rest(f"projects/{project}/spans", limit=1000)),
+        30, "the rating's span in Phoenix", 0.5,
+    )
+    assert phoenix_trace_latency_ms(phoenix, project, trace_id) == pytest.approx(run_ms, abs=0.01)
+
+    # A changed rating replaces the annotation: one current value.
+    agent_db.execute(
+        "UPDATE diagnosis_run SET feedback = 'UP', updated_at = created_at + INTERVAL 30 MINUTE WHERE run_id = %s", run_id
+    )
+    export_to_phoenix(agent_db, tmp_path, phoenix, **overrides)
+    (annotation,) = root_annotations(phoenix, project, root_id)
+    assert (annotation["result"]["label"], annotation["result"]["score"]) == ("UP", 1.0)

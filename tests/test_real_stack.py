@@ -66,7 +66,7 @@ def otlp_span(span: dict) -> trace_pb2.Span:
         start_time_unix_nano=start_ns,
         end_time_unix_nano=start_ns + span["duration"] * 1000,
         attributes=[common_pb2.KeyValue(key=key, value=_otlp_value(tag)) for key, tag in tags.items()],
-        status=trace_pb2.Status(code=2 if tags.get("otel.status_code", {}).get("value") == "ERROR" else 0),
+        status=trace_pb2.Status(code={"ERROR": 2, "OK": 1}.get(tags.get("otel.status_code", {}).get("value"), 0)),
     )
 
 
@@ -112,7 +112,7 @@ def test_each_run_opens_in_jaeger_by_the_uuid_of_its_run_id_as_mapped(stack, age
     expected = expected_traces(agent_db)
     done = run_cli("once", "--config", config_path(agent_db, tmp_path, collector))
     assert done.returncode == 0, done.stderr
-    failed_tools = 0
+    failed_tools, outcomes = 0, Counter()
     for run, tools in expected.values():
         # What an SRE pastes: the UUID of run-<uuid>, as Jaeger's trace-id lookup takes it.
         run_uuid = uuid.UUID(run["run_id"].removeprefix("run-"))
@@ -123,7 +123,18 @@ def test_each_run_opens_in_jaeger_by_the_uuid_of_its_run_id_as_mapped(stack, age
         assert_trace_matches(run, tools, [otlp_span(span) for span in trace["spans"]])
         assert warnings_of(trace) == [], warnings_of(trace)
         failed_tools += sum(1 for tool in tools if tool["success"] == 0)
+        # What the trace list counts as errors (the `error` tag), and what the Logs section shows.
+        for span in trace["spans"]:
+            tags = {t["key"]: t["value"] for t in span["tags"]}
+            logs = [{f["key"]: f["value"] for f in entry["fields"]} for entry in span.get("logs") or []]
+            is_root = not span.get("references")
+            failed = tags.get("diagnosis.run.status") == "FAILED" if is_root else tags.get("error.type") == "tool_error"
+            assert tags.get("error", False) is (tags.get("otel.status_code") == "ERROR")
+            assert logs == ([{"event": "exception", "exception.type": tags["error.type"], "exception.message": tags["otel.status_description"]}] if failed else [])
+        outcomes[run["status"]] += 1
     assert failed_tools > 0  # error status was really compared, not only OK
+    # OK, FALLBACK's error and FAILED's exception were really compared (the seed writes no CANCELLED).
+    assert {"SUCCESS", "FALLBACK", "FAILED"} <= set(outcomes), outcomes
 
 
 def test_a_trace_jaeger_must_adjust_carries_warnings_the_checks_above_would_see(stack):
@@ -229,7 +240,22 @@ def test_a_run_backfilled_a_month_late_is_found_by_a_search_over_its_own_hour(st
     assert run_uuid.hex not in {trace["traceID"] for trace in recent}
 
 
-def test_feedback_given_after_export_shows_in_the_same_trace_in_jaeger(stack, agent_db, tmp_path):
+def extent_us(trace: dict) -> int:
+    """The trace's duration as Jaeger's UI shows it: first span start to last span end."""
+    return max(s["startTime"] + s["duration"] for s in trace["spans"]) - min(s["startTime"] for s in trace["spans"])
+
+
+def rate_later(agent_db, run_id: str, value: str, minutes: int) -> datetime:
+    """Rates the run ``minutes`` after it was created, as a user does long after the daemon sent it."""
+    agent_db.execute(
+        "UPDATE diagnosis_run SET feedback = %s, updated_at = created_at + INTERVAL %s MINUTE WHERE run_id = %s",
+        value, minutes, run_id,
+    )
+    (row,) = agent_db.execute("SELECT updated_at FROM diagnosis_run WHERE run_id = %s", run_id)
+    return row[0]
+
+
+def test_a_rating_given_after_export_joins_the_trace_in_jaeger_without_stretching_it(stack, agent_db, tmp_path):
     jaeger, collector, _tempo = stack
     seed(agent_db, 4, seed_value=23, waiting=0)
     agent_db.execute("UPDATE diagnosis_run SET feedback = NULL")
@@ -238,14 +264,117 @@ def test_feedback_given_after_export_shows_in_the_same_trace_in_jaeger(stack, ag
     assert run_cli("once", "--config", config).returncode == 0
     trace_id, (run, tools) = next(iter(expected.items()))
     before = jaeger_trace(jaeger, trace_id, 1 + len(tools))
-    assert len(before["spans"]) == 1 + len(tools)
-    agent_db.execute("UPDATE diagnosis_run SET feedback = 'DOWN' WHERE run_id = %s", run["run_id"])
+    (root,) = [s for s in before["spans"] if not s.get("references")]
+    # The precondition: the run's trace is the root's extent, and far shorter than 24 minutes.
+    assert extent_us(before) == root["duration"] < 10 * 60 * 1_000_000
+
+    rated_at = rate_later(agent_db, run["run_id"], "DOWN", 24)
     done = run_cli("once", "--config", config)
     assert "1 new or changed sent" in done.stdout, done.stdout
     after = jaeger_trace(jaeger, trace_id, 2 + len(tools))
-    (root,) = [s for s in after["spans"] if not s.get("references")]
     (rating,) = [s for s in after["spans"] if s["operationName"] == "evaluation user_feedback"]
     assert rating["references"] == [{"refType": "CHILD_OF", "traceID": trace_id, "spanID": root["spanID"]}]
     tags = {t["key"]: t["value"] for t in rating["tags"]}
     assert (tags["gen_ai.evaluation.score.label"], tags["gen_ai.evaluation.score.value"]) == ("DOWN", 0)
+    assert tags["diagnosis.feedback.rated_at"] == rated_at.strftime("%Y-%m-%dT%H:%M:%S.000Z")
+    # The trace keeps the run's extent: the rating sits inside the root, not 24 minutes later.
+    assert extent_us(after) == extent_us(before) == root["duration"]
+    assert root["startTime"] <= rating["startTime"] <= rating["startTime"] + rating["duration"] <= root["startTime"] + root["duration"]
     assert warnings_of(after) == []
+
+    # A changed rating: a second span, which names the value it replaced.
+    rate_later(agent_db, run["run_id"], "UP", 30)
+    assert "1 new or changed sent" in run_cli("once", "--config", config).stdout
+    changed = jaeger_trace(jaeger, trace_id, 3 + len(tools))
+    ratings = {
+        tag_map["gen_ai.evaluation.score.label"]: tag_map
+        for tag_map in ({t["key"]: t["value"] for t in s["tags"]} for s in changed["spans"] if s["operationName"].startswith("evaluation"))
+    }
+    assert ratings["UP"]["diagnosis.feedback.previous"] == "DOWN" and "diagnosis.feedback.previous" not in ratings["DOWN"]
+    assert extent_us(changed) == root["duration"]
+
+
+def test_jaeger_refusing_log_records_never_holds_back_the_rating_or_the_pass(stack, agent_db, tmp_path):
+    jaeger, _collector, _tempo = stack
+    seed(agent_db, 3, seed_value=24, waiting=0)
+    agent_db.execute("UPDATE diagnosis_run SET feedback = NULL")
+    expected = expected_traces(agent_db)
+    # Straight to Jaeger's own OTLP receiver, which has no logs pipeline.
+    sections = bridge_sections(agent_db, tmp_path, f"http://127.0.0.1:{jaeger.otlp_port}", feedback={"log_records": True})
+    config = str(write_config(tmp_path / "run-otel.toml", sections))
+    assert run_cli("once", "--config", config).returncode == 0
+    (trace_id, (run, tools)), (other_id, (other, other_tools)) = list(expected.items())[:2]
+    jaeger_trace(jaeger, trace_id, 1 + len(tools))
+
+    rate_later(agent_db, run["run_id"], "DOWN", 5)
+    done = run_cli("once", "--config", config)
+    assert done.returncode == 0, done.stderr
+    assert "1 new or changed sent" in done.stdout, done.stdout
+    assert done.stderr.count("gen_ai.evaluation.result log records not accepted (OTLP/gRPC") == 1, done.stderr
+    assert "UNIMPLEMENTED" in done.stderr
+    jaeger_trace(jaeger, trace_id, 2 + len(tools))  # the rating's span arrived all the same
+    # The pass moved on: the same rating is not sent again.
+    assert "0 new or changed sent" in run_cli("once", "--config", config).stdout
+    rate_later(agent_db, other["run_id"], "UP", 5)
+    assert "1 new or changed sent" in run_cli("once", "--config", config).stdout
+    jaeger_trace(jaeger, other_id, 2 + len(other_tools))
+
+
+def test_show_and_the_backfill_summary_print_ids_and_links_that_open_in_jaeger(stack, agent_db, tmp_path):
+    import re
+
+    import requests
+
+    jaeger, collector, _tempo = stack
+    seed(agent_db, 3, seed_value=25, waiting=0)
+    expected = expected_traces(agent_db)
+    jaeger_url = f"http://127.0.0.1:{jaeger.query_port}"
+    sections = bridge_sections(agent_db, tmp_path, f"http://127.0.0.1:{collector.grpc_port}", ui={"jaeger_url": jaeger_url})
+    config = str(write_config(tmp_path / "run-otel.toml", sections))
+    since = (utc_now_naive() - timedelta(days=1)).isoformat()
+    backfill = run_cli("backfill", "--config", config, "--since", since)
+    assert backfill.returncode == 0, backfill.stderr
+    trace_id, (run, tools) = next(iter(expected.items()))
+    jaeger_trace(jaeger, trace_id, 1 + len(tools))
+    # The precondition: what people paste first, the run id's UUID with its dashes, is refused.
+    dashed = requests.get(f"{jaeger_url}/api/traces/{run['run_id'].removeprefix('run-')}", timeout=10)
+    assert dashed.status_code == 400, dashed.text
+
+    shown = run_cli("show", run["run_id"], "--config", config)
+    assert shown.returncode == 0, shown.stderr
+    assert f"trace {trace_id}" in shown.stdout
+    (link,) = re.findall(r"open: (\S+)", shown.stdout)
+    assert link == f"{jaeger_url}/trace/{trace_id}"
+    opened = requests.get(f"{jaeger_url}/api/traces/{link.rsplit('/', 1)[1]}", timeout=10).json()["data"]
+    assert [t["traceID"] for t in opened] == [trace_id]
+    summary_links = re.findall(r"open (?:first|last): (\S+)", backfill.stdout)
+    assert len(summary_links) == 2, backfill.stdout
+    for summary_link in summary_links:
+        found = requests.get(f"{jaeger_url}/api/traces/{summary_link.rsplit('/', 1)[1]}", timeout=10)
+        assert found.status_code == 200 and found.json()["data"], summary_link
+
+
+def test_each_refused_log_batch_is_counted_and_warned_about_once(stack, tmp_path, caplog):
+    import logging
+
+    from run_otel.clock import SourceClock
+    from run_otel.config import build_config
+    from run_otel.evaluation import Evaluations
+    from run_otel.logrecords import LogRecordSender, build_log_sink
+    from run_otel.rows import FeedbackRow
+
+    jaeger, _collector, _tempo = stack
+    config = build_config({"export": {"endpoint": f"http://127.0.0.1:{jaeger.otlp_port}", "timeout_seconds": 5}})
+    refused = []
+    sender = LogRecordSender(build_log_sink(config), {"service.name": SERVICE}, lambda: refused.append(1))
+    record = Evaluations(config.feedback, SourceClock("UTC")).log_record(
+        FeedbackRow(1, f"run-{uuid.uuid4()}", None, "UP", datetime(2026, 1, 1))
+    )
+    try:
+        with caplog.at_level(logging.DEBUG, logger="run_otel.logrecords"):
+            assert sender.send([record]) is False and sender.send([record]) is False
+    finally:
+        sender.close()
+    assert len(refused) == 2  # each refused batch counted (run_otel_export_failures_total in the daemon)
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "UNIMPLEMENTED" in warnings[0].getMessage()

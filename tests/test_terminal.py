@@ -50,19 +50,19 @@ def test_demo_writes_otlp_json_that_parses_back_into_the_mapping(tmp_path):
     statuses = Counter(status for _run_id, status in terminal)
     assert {"SUCCESS", "FALLBACK", "FAILED", "CANCELLED"} <= set(statuses)
     assert db_rows(db, "SELECT COUNT(*) FROM diagnosis_run WHERE status = 'RUNNING'")[0][0] > 0
-    tools = db_rows(db, "SELECT run_id, id, tool_name FROM tool_invocation")
+    tools = db_rows(db, "SELECT run_id, id, tool_name, retrieval_layer FROM tool_invocation")
     roots = {s.trace_id.hex(): s for s in spans if not s.parent_span_id}
     assert set(roots) == {run_id[4:].replace("-", "") for run_id, _ in terminal}
     terminal_ids = {run_id for run_id, _ in terminal}
     expected_children = {
-        hashlib.sha256(f"tool_invocation:{run_id}:{tool_id}".encode()).digest()[:8]: name
-        for run_id, tool_id, name in tools
+        hashlib.sha256(f"tool_invocation:{run_id}:{tool_id}".encode()).digest()[:8]: f"{'retrieval' if layer else 'execute_tool'} {name}"
+        for run_id, tool_id, name, layer in tools
         if run_id in terminal_ids
     }
     children = {s.span_id: s for s in spans if s.parent_span_id}
     assert set(children) == set(expected_children)
     for span_id, span in children.items():
-        assert span.name == f"execute_tool {expected_children[span_id]}"
+        assert span.name == expected_children[span_id]
         assert span.parent_span_id == roots[span.trace_id.hex()].span_id
     for root in roots.values():
         assert root.name == "invoke_agent diagnosis-agent"
@@ -144,7 +144,7 @@ def test_show_a_failed_run(demo_db, tmp_path):
     assert f"http://jaeger:16686/trace/{trace_id}" in done.stdout
     assert "http://grafana:3000/explore" in done.stdout
     tool_count = db_rows(demo_db, f"SELECT COUNT(*) FROM tool_invocation WHERE run_id = '{run_id}'")[0][0]
-    assert done.stdout.count("execute_tool") == tool_count
+    assert done.stdout.count("execute_tool") + done.stdout.count("retrieval ") == tool_count
 
 
 def test_show_a_run_without_tools(demo_db, tmp_path):

@@ -10,7 +10,7 @@ from opentelemetry.semconv._incubating.attributes import deployment_attributes
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
 from opentelemetry.semconv._incubating.attributes import service_attributes as incubating_service
 from opentelemetry.semconv._incubating.attributes import session_attributes as session
-from opentelemetry.semconv.attributes import error_attributes, service_attributes
+from opentelemetry.semconv.attributes import error_attributes, exception_attributes, service_attributes
 
 DEPLOYMENT_ENVIRONMENT_NAME = deployment_attributes.DEPLOYMENT_ENVIRONMENT_NAME
 GEN_AI_OPERATION_NAME = gen_ai.GEN_AI_OPERATION_NAME
@@ -30,12 +30,21 @@ SERVICE_NAMESPACE = incubating_service.SERVICE_NAMESPACE
 
 OPERATION_INVOKE_AGENT = "invoke_agent"
 OPERATION_EXECUTE_TOOL = "execute_tool"
+OPERATION_RETRIEVAL = gen_ai.GenAiOperationNameValues.RETRIEVAL.value
+GEN_AI_DATA_SOURCE_ID = gen_ai.GEN_AI_DATA_SOURCE_ID
+GEN_AI_RETRIEVAL_DOCUMENTS = gen_ai.GEN_AI_RETRIEVAL_DOCUMENTS
 TOOL_TYPE_DATASTORE = "datastore"
 TOOL_TYPE_FUNCTION = "function"
 
 ERROR_RUN_FAILED = "run_failed"
+ERROR_RUN_FALLBACK = "run_fallback"
+ERROR_RUN_CANCELLED = "run_cancelled"
 ERROR_RUN_INCOMPLETE = "run_incomplete"
 ERROR_TOOL = "tool_error"
+# The span event the SDK's record_exception writes.
+EXCEPTION_EVENT = "exception"
+EXCEPTION_TYPE = exception_attributes.EXCEPTION_TYPE
+EXCEPTION_MESSAGE = exception_attributes.EXCEPTION_MESSAGE
 
 # diagnosis_run
 RUN_ID = "diagnosis.run.id"
@@ -77,6 +86,12 @@ TOOL_DURATION_MS = "tool.duration_ms"
 GEN_AI_EVALUATION_NAME = gen_ai.GEN_AI_EVALUATION_NAME
 GEN_AI_EVALUATION_SCORE_LABEL = gen_ai.GEN_AI_EVALUATION_SCORE_LABEL
 GEN_AI_EVALUATION_SCORE_VALUE = gen_ai.GEN_AI_EVALUATION_SCORE_VALUE
+GEN_AI_EVALUATION_RESULT_EVENT = "gen_ai.evaluation.result"
+# When the user rated (ISO 8601, UTC): the span sits inside the run, not at this time.
+FEEDBACK_RATED_AT = "diagnosis.feedback.rated_at"
+# The value this rating replaced, so the current one reads at a glance.
+FEEDBACK_PREVIOUS = "diagnosis.feedback.previous"
+OI_KIND_EVALUATOR = "EVALUATOR"
 
 # OpenInference profile
 OPENINFERENCE_SPAN_KIND = "openinference.span.kind"
@@ -96,7 +111,16 @@ OI_RETRIEVAL_DOCUMENTS = "retrieval.documents"
 OI_DOCUMENT_ID = "document.id"
 OI_DOCUMENT_CONTENT = "document.content"
 OI_DOCUMENT_METADATA = "document.metadata"
+OI_DOCUMENT_SCORE = "document.score"
+# Evidence-ref keys that hold a document's own, stable id, in order of preference.
+DOCUMENT_ID_KEYS = ("doc_id", "document_id")
+# rag.relevance_level as a document score (higher is more relevant), so a UI can sort by it.
+RELEVANCE_SCORES = {"PRECISE": 1.0, "HIGHLY_RELEVANT": 0.75, "REFERENCE": 0.5, "DEDUPED": 0.25}
 # evidence_refs' marker for "this call found no evidence": not a document.
 NO_EVIDENCE_PATH = "$.no_evidence"
 
 SCOPE_NAME = "run_otel"
+# The GenAI conventions followed, pinned: semantic-conventions-genai v0.1.0 (every gen_ai span,
+# event and attribute still Development). Its release script names schemas gen-ai/<version>.
+GEN_AI_CONVENTIONS_VERSION = "0.1.0"
+SCHEMA_URL = f"https://opentelemetry.io/schemas/gen-ai/{GEN_AI_CONVENTIONS_VERSION}"

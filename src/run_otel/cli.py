@@ -150,7 +150,7 @@ def _backfill(config: Config, window: Window, ids: tuple, with_metrics: bool) ->
     from .export import ExportError
     from .mapping import trace_id_for
     from .poller import PollResult
-    from .render import progress_bar
+    from .render import progress_bar, trace_links
     from .source import SourceError
     from .wiring import build_poller, start_metrics
 
@@ -190,6 +190,9 @@ def _backfill(config: Config, window: Window, ids: tuple, with_metrics: bool) ->
     click.echo(f"backfilled {total.run_count} runs ({total.spans} spans) {window.describe()} in {time.monotonic() - started:.1f}s")
     for line in where_to_find(first_trace, last_trace):
         click.echo(line)
+    for label, trace_id in (("first", first_trace), ("last", last_trace)) if first_trace else ():
+        for link in trace_links(config, trace_id):
+            click.echo(f"open {label}: {link}")
     # The order probes read the database; after a failure it may be away, and the resume line matters more.
     warning = order_warning(ids_plan, total.outside_window, source) if failure is None else None
     if warning:
@@ -214,8 +217,8 @@ def show(config_path: Path | None, run_id: str) -> None:
     """Print the span tree that would be exported for RUN_ID.
 
     Shows names, durations, status and the key RAG attributes, the trace id
-    to open in Jaeger or Tempo, and a link when ui.jaeger_url or ui.tempo_url
-    is set. Exits 1 when no run has that run_id.
+    to open in Jaeger or Tempo, and a link when ui.jaeger_url, ui.tempo_url
+    or ui.phoenix_url is set. Exits 1 when no run has that run_id.
     """
     from rich.console import Console
 

@@ -115,6 +115,8 @@ class FeedbackConfig:
     # written here. A value no label matches counts as "other", with a warning.
     scores: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_FEEDBACK_SCORES))
     negative: list[str] = field(default_factory=lambda: [k for k, v in DEFAULT_FEEDBACK_SCORES.items() if v == 0.0])
+    # Also send each rating as a gen_ai.evaluation.result OTLP log record (the endpoint must take logs).
+    log_records: bool = False
 
     def known_labels(self) -> frozenset[str]:
         return frozenset(self.scores) | frozenset(self.negative)
@@ -169,6 +171,8 @@ class MetricsConfig:
 class UiConfig:
     jaeger_url: str = ""
     tempo_url: str = ""
+    # Phoenix's base URL: trace links, and each rating as an annotation on the run's root span.
+    phoenix_url: str = ""
 
 
 @dataclass(frozen=True)

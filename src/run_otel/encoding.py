@@ -58,6 +58,10 @@ def encode_span(span: SpanData) -> Span:
         end_time_unix_nano=span.end_ns,
         attributes=[KeyValue(key=k, value=any_value(v)) for k, v in span.attributes],
         dropped_attributes_count=span.dropped_attributes_count,
+        events=[
+            Span.Event(time_unix_nano=at, name=name, attributes=[KeyValue(key=k, value=any_value(v)) for k, v in attrs])
+            for name, at, attrs in span.events
+        ],
         status=Status(code=span.status_code, message=span.status_message),  # type: ignore[arg-type]  # enum ints
     )
 
@@ -72,6 +76,7 @@ def encode_request(spans: Iterable[Span], resource: Mapping[str, str]) -> Export
                     ScopeSpans(
                         scope=InstrumentationScope(name=A.SCOPE_NAME, version=__version__),
                         spans=list(spans),
+                        schema_url=A.SCHEMA_URL,
                     )
                 ],
             )
@@ -141,6 +146,7 @@ class FastEncoder:
         # The scope comes from the reference encoder, so it is defined in one place.
         reference_scope = encode_request((), resource).resource_spans[0].scope_spans[0].scope
         self._scope = _field(b"\x0a", reference_scope.SerializeToString())
+        self._schema_url = _field(b"\x1a", A.SCHEMA_URL.encode())  # ScopeSpans.schema_url
         self._resource = _field(
             b"\x0a", b"".join(_field(b"\x0a", self._key_value(k, v)) for k, v in resource.items())
         )
@@ -177,6 +183,11 @@ class FastEncoder:
             parts.append(field)
         if span.dropped_attributes_count:
             parts += (b"\x50", _varint(span.dropped_attributes_count))
+        for event_name, at_ns, event_attrs in span.events:  # rare (failed calls): not cached
+            event = b"\x09" + _pack_fixed64(at_ns) if at_ns else b""
+            event += _field(b"\x12", event_name.encode("utf-8", "replace")) if event_name else b""
+            event += b"".join(_field(b"\x1a", self._key_value(k, v)) for k, v in event_attrs)
+            parts.append(_field(b"\x5a", event))
         status = b""
         if span.status_message:
             status = _field(b"\x12", span.status_message.encode("utf-8", "replace"))
@@ -187,6 +198,6 @@ class FastEncoder:
 
     def request(self, spans: list[bytes]) -> bytes:
         """An ExportTraceServiceRequest holding the encoded spans, serialized."""
-        scope_spans = self._scope + b"".join(_field(b"\x12", s) for s in spans)
+        scope_spans = self._scope + b"".join(_field(b"\x12", s) for s in spans) + self._schema_url
         resource_spans = self._resource + _field(b"\x12", scope_spans)
         return _field(b"\x0a", resource_spans)

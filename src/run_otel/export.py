@@ -144,6 +144,9 @@ def _ack_from(response: ExportTraceServiceResponse) -> Ack:
 
 
 class GrpcSink:
+    # A subclass sends another signal's requests (logrecords.py).
+    METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+
     def __init__(self, config: Config):
         endpoint = config.export_endpoint()
         parsed = urlparse(endpoint if "://" in endpoint else f"//{endpoint}")
@@ -157,7 +160,7 @@ class GrpcSink:
         )
         # The request is already serialized: send its bytes as they are.
         self._export = self._channel.unary_unary(
-            "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+            self.METHOD,
             request_serializer=None,
             response_deserializer=ExportTraceServiceResponse.FromString,
         )
@@ -191,9 +194,11 @@ class GrpcSink:
 
 
 class HttpSink:
+    PATH = "/v1/traces"
+
     def __init__(self, config: Config):
-        endpoint = config.export_endpoint().rstrip("/")
-        self._url = endpoint if endpoint.endswith("/v1/traces") else f"{endpoint}/v1/traces"
+        endpoint = config.export_endpoint().rstrip("/").removesuffix("/v1/traces")
+        self._url = f"{endpoint}{self.PATH}"
         self._session = requests.Session()
         self._headers = {"Content-Type": "application/x-protobuf", **config.export.headers}
         self._gzip = config.export.compression == "gzip"

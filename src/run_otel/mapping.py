@@ -19,16 +19,31 @@ from . import attributes as A
 from .clock import SourceClock
 from .config import Config
 from .content import ContentPolicy
+from .documents import openinference_documents, retrieval_documents
 from .evidence import Evidence, summarize
 from .limits import AttributeLimits
 from .memo import Memo
-from .rows import RELEVANCE_LEVELS, RETRIEVAL_LAYERS, FeedbackRow, RunRow, ToolRow
+from .rows import RELEVANCE_LEVELS, RETRIEVAL_LAYERS, RunRow, ToolRow
 
 AttrValue = str | bool | int | float | tuple[str, ...]
+# A span event: name, time, attributes.
+Event = tuple[str, int, tuple[tuple[str, AttrValue], ...]]
 
-# OTLP's own status codes (UNSET 0, ERROR 2).
+# OTLP's own status codes (UNSET 0, OK 1, ERROR 2).
 STATUS_UNSET = Status.STATUS_CODE_UNSET
+STATUS_OK = Status.STATUS_CODE_OK
 STATUS_ERROR = Status.STATUS_CODE_ERROR
+
+# How each outcome shows in a trace list: (status, error.type, description). Jaeger's list marks
+# only errors, so the outcomes where the user did not get the agent's own answer are errors, each
+# with its own error.type; an unknown status stays UNSET, and the poller logs it once per value.
+_OUTCOMES = {
+    "SUCCESS": (STATUS_OK, None, ""),
+    "FAILED": (STATUS_ERROR, A.ERROR_RUN_FAILED, "run failed"),
+    "FALLBACK": (STATUS_ERROR, A.ERROR_RUN_FALLBACK, "run fell back"),
+    "CANCELLED": (STATUS_ERROR, A.ERROR_RUN_CANCELLED, "run was cancelled"),
+}
+_INCOMPLETE = (STATUS_ERROR, A.ERROR_RUN_INCOMPLETE, "run did not finish in time")
 
 _UUID_RUN_ID = re.compile(
     r"run-([0-9a-fA-F]{8})-([0-9a-fA-F]{4})-([0-9a-fA-F]{4})-([0-9a-fA-F]{4})-([0-9a-fA-F]{12})"
@@ -53,6 +68,7 @@ class SpanData(NamedTuple):
     status_message: str = ""
     # Attributes removed to fit the limits (OTLP's own count; see limits.py).
     dropped_attributes_count: int = 0
+    events: tuple[Event, ...] = ()
 
     def attribute_map(self) -> dict[str, AttrValue]:
         return dict(self.attributes)
@@ -97,11 +113,6 @@ def tool_span_id_for(run_id: str, tool_id: int) -> bytes:
     return _nonzero(hashlib.sha256(f"tool_invocation:{run_id}:{tool_id}".encode()).digest(), 8)
 
 
-def feedback_span_id_for(run_id: str, feedback: str) -> bytes:
-    """One id per run and value: a re-sent rating is the same span, a changed one a new span."""
-    return _nonzero(hashlib.sha256(f"feedback:{run_id}:{feedback}".encode()).digest(), 8)
-
-
 def shard_of(run_id: str, shards: int) -> int:
     """A stable shard number for ``run_id``, the same in every process and release."""
     digest = hashlib.sha256(f"shard:{run_id}".encode()).digest()
@@ -124,31 +135,6 @@ class Mapper:
         # Error messages repeat (the same timeout across thousands of calls): redact each once.
         self._error_texts = Memo(self._content.error_text, 1024)
 
-    # -- user feedback ----------------------------------------------------------
-
-    def map_feedback(self, row: FeedbackRow, evaluation_name: str, score: float | None) -> SpanData:
-        """A rating as a child of the run's root, at the run's updated_at (when it was written).
-
-        One microsecond long, not zero: Jaeger flags a zero-length span with a "negative
-        duration" warning and moves its end."""
-        at_ns = self._epoch_ns(row.updated_at) or 0
-        attrs: list[tuple[str, AttrValue]] = [
-            (A.GEN_AI_EVALUATION_NAME, evaluation_name),
-            (A.GEN_AI_EVALUATION_SCORE_LABEL, row.feedback),
-        ]
-        _put(attrs, A.GEN_AI_EVALUATION_SCORE_VALUE, score)
-        attrs.append((A.RUN_ID, row.run_id))
-        _put(attrs, A.RUN_INTENT, row.intent)
-        return SpanData(
-            trace_id=trace_id_for(row.run_id),
-            span_id=feedback_span_id_for(row.run_id, row.feedback),
-            parent_span_id=root_span_id_for(row.run_id),
-            name=f"evaluation {evaluation_name}",
-            start_ns=at_ns,
-            end_ns=at_ns + 1_000,
-            attributes=tuple(attrs),
-        )
-
     # -- the run ------------------------------------------------------------
 
     def map_run(self, run: RunRow, tools: Sequence[ToolRow], incomplete: bool = False) -> MappedRun:
@@ -167,7 +153,7 @@ class Mapper:
             start_ns=start_ns,
             end_ns=end_ns,
             attributes=self._run_attributes(run, incomplete, len(tools) - len(kept)),
-            **self._run_status(run, incomplete),
+            **self._run_status(run, incomplete, end_ns),
         )
         limit = self._limits.apply
         return MappedRun([limit(root), *(limit(child) for child in children)], warnings)
@@ -197,13 +183,12 @@ class Mapper:
         return start_ns, end_ns
 
     @staticmethod
-    def _run_status(run: RunRow, incomplete: bool) -> dict[str, Any]:
-        # An unknown status is UNSET like SUCCESS; the poller logs it once per value.
-        if incomplete:
-            return {"status_code": STATUS_ERROR, "status_message": "run did not finish in time"}
-        if run.status == "FAILED":
-            return {"status_code": STATUS_ERROR, "status_message": "run failed"}
-        return {}
+    def _run_status(run: RunRow, incomplete: bool, end_ns: int) -> dict[str, Any]:
+        code, _error_type, message = _INCOMPLETE if incomplete else _OUTCOMES.get(run.status or "", (STATUS_UNSET, None, ""))
+        status: dict[str, Any] = {"status_code": code, "status_message": message}
+        if run.status == "FAILED" and not incomplete:
+            status["events"] = (exception_event(A.ERROR_RUN_FAILED, message, end_ns),)
+        return status
 
     def _run_attributes(self, run: RunRow, incomplete: bool, dropped: int) -> tuple:
         attrs: list[tuple[str, AttrValue]] = [
@@ -228,8 +213,8 @@ class Mapper:
         ):
             if value is not None:
                 attrs.append((key, value))
-        if run.status == "FAILED" and not incomplete:
-            attrs.append((A.ERROR_TYPE, A.ERROR_RUN_FAILED))
+        error_type = None if incomplete else _OUTCOMES.get(run.status or "", (0, None, ""))[1]
+        _put(attrs, A.ERROR_TYPE, error_type)
         if incomplete:
             attrs.append((A.ERROR_TYPE, A.ERROR_RUN_INCOMPLETE))
             attrs.append((A.RUN_INCOMPLETE, True))
@@ -261,12 +246,15 @@ class Mapper:
         start_ns, end_ns = (at_ns, at_ns + length_ns) if self._anchor_start else (at_ns - length_ns, at_ns)
         status: dict[str, Any] = {}
         if tool.success is False:
-            status = {"status_code": STATUS_ERROR, "status_message": self._error_text(tool.error_message)}
+            message = self._error_text(tool.error_message)
+            event = exception_event(A.ERROR_TOOL, message, end_ns)
+            status = {"status_code": STATUS_ERROR, "status_message": message, "events": (event,)}
         return SpanData(
             trace_id=trace_id,
             span_id=tool_span_id_for(run.run_id, tool.id),
             parent_span_id=root_id,
-            name=f"{A.OPERATION_EXECUTE_TOOL} {tool.tool_name}",
+            # A RAG lookup is the conventions' retrieval operation; Jaeger's UI classifies it as one.
+            name=f"{A.OPERATION_RETRIEVAL if tool.retrieval_layer is not None else A.OPERATION_EXECUTE_TOOL} {tool.tool_name}",
             start_ns=start_ns,
             end_ns=end_ns,
             attributes=self._tool_attributes(run, tool, duration, warnings),
@@ -279,7 +267,8 @@ class Mapper:
         return self._content.error_text(message)
 
     def _tool_attributes(self, run: RunRow, tool: ToolRow, duration_ms: int | None, warnings: list[str]) -> tuple:
-        attrs: list[tuple[str, AttrValue]] = [(A.GEN_AI_OPERATION_NAME, A.OPERATION_EXECUTE_TOOL)]
+        operation = A.OPERATION_RETRIEVAL if tool.retrieval_layer is not None else A.OPERATION_EXECUTE_TOOL
+        attrs: list[tuple[str, AttrValue]] = [(A.GEN_AI_OPERATION_NAME, operation)]
         _put(attrs, A.GEN_AI_TOOL_NAME, tool.tool_name)
         attrs.append((A.GEN_AI_TOOL_CALL_ID, str(tool.id)))
         tool_type = A.TOOL_TYPE_DATASTORE if tool.retrieval_layer is not None else A.TOOL_TYPE_FUNCTION
@@ -301,6 +290,10 @@ class Mapper:
             if value is not None:
                 attrs.append((key, value))
         evidence = self._evidence(tool, attrs, warnings)
+        if tool.retrieval_layer is not None:
+            _put(attrs, A.GEN_AI_DATA_SOURCE_ID, tool.tool_name)
+            if evidence is not None and evidence.paths:
+                attrs.append((A.GEN_AI_RETRIEVAL_DOCUMENTS, retrieval_documents(evidence, tool)))
         _put(attrs, A.TOOL_OUTPUT_LENGTH, tool.output_length)
         _put(attrs, A.TOOL_OUTPUT_TRUNCATED, None if tool.is_truncated is None else bool(tool.is_truncated))
         # The span treats an out-of-range duration as missing; so does its attribute.
@@ -314,7 +307,7 @@ class Mapper:
             _put(attrs, A.OI_TOOL_NAME, tool.tool_name)
             _put(attrs, A.SESSION_ID, run.session_id)
             if retriever and evidence is not None and evidence.paths:
-                attrs.extend(self._documents(evidence, tool))
+                attrs.extend(openinference_documents(evidence, tool, self._content))
         if self._content.capture:
             refs_json = _compact_json(evidence.refs) if evidence is not None and evidence.refs is not None else None
             attrs.extend(
@@ -323,36 +316,6 @@ class Mapper:
                 )
             )
         return tuple(attrs)
-
-    def _documents(self, evidence: Evidence, tool: ToolRow) -> list[tuple[str, AttrValue]]:
-        """retrieval.documents.N.document.*: one per evidence ref with a raw_path, except $.no_evidence."""
-        metadata = _compact_json(
-            {
-                key: value
-                for key, value in (
-                    ("retrieval_layer", tool.retrieval_layer),
-                    ("relevance_level", tool.relevance_level),
-                    ("l0_match_count", tool.l0_match_count),
-                    ("l1_match_count", tool.l1_match_count),
-                )
-                if value is not None
-            }
-        )
-        if evidence.refs is not None:
-            documents = [
-                (ref["raw_path"], ref.get("text"))
-                for ref in evidence.refs
-                if isinstance(ref, dict) and isinstance(ref.get("raw_path"), str)
-            ]
-        else:  # summarized by the database: paths only, and no text to show
-            documents = [(path, None) for path in evidence.paths]
-        pairs: list[tuple[str, AttrValue]] = []
-        for n, (path, text) in enumerate(doc for doc in documents if doc[0] != A.NO_EVIDENCE_PATH):
-            prefix = f"{A.OI_RETRIEVAL_DOCUMENTS}.{n}."
-            pairs.append((prefix + A.OI_DOCUMENT_ID, path))
-            _put(pairs, prefix + A.OI_DOCUMENT_CONTENT, self._content.document_content(text))
-            pairs.append((prefix + A.OI_DOCUMENT_METADATA, metadata))
-        return pairs
 
     def _evidence(self, tool: ToolRow, attrs: list, warnings: list[str]) -> Evidence | None:
         """Adds rag.evidence.* from retrieval_details, parsed here or summarized by the database."""
@@ -370,6 +333,14 @@ class Mapper:
         if evidence.paths:
             attrs.append((A.RAG_EVIDENCE_PATHS, evidence.paths))
         return evidence
+
+
+def exception_event(error_type: str, message: str, at_ns: int) -> Event:
+    """An ``exception`` event as the SDK's record_exception writes it, less the stack trace we do not have."""
+    attrs: tuple[tuple[str, AttrValue], ...] = ((A.EXCEPTION_TYPE, error_type),)
+    if message:
+        attrs += ((A.EXCEPTION_MESSAGE, message),)
+    return (A.EXCEPTION_EVENT, at_ns, attrs)
 
 
 def _put(attrs: list, key: str, value: AttrValue | None) -> None:

@@ -25,8 +25,22 @@ _EXPORT_KEYS = {
 _VALUE_LENGTH = (V.OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT, V.OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT)
 
 
+# The GenAI instrumentations' content switch: true/false, or the newer modes (upper case in
+# opentelemetry-util-genai). run-otel writes content on spans only, so a mode with spans turns it on.
+GENAI_CAPTURE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+_CAPTURE_MODES = {
+    "true": True, "span_only": True, "span_and_event": True,
+    "false": False, "no_content": False, "event_only": False,
+}
+
+
 def otel_environment(env: Mapping[str, str], error: type[Exception] = ValueError) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
+    capture = env.get(GENAI_CAPTURE_CONTENT, "").strip()
+    if capture:
+        if capture.lower() not in _CAPTURE_MODES:
+            raise error(f"{GENAI_CAPTURE_CONTENT} must be one of {', '.join(_CAPTURE_MODES)}, got {capture!r}")
+        out["content"] = {"capture": _CAPTURE_MODES[capture.lower()]}
     for key, names in _EXPORT_KEYS.items():
         name = next((n for n in names if env.get(n)), None)
         if name is not None:

@@ -78,3 +78,6 @@ class FeedbackRow(NamedTuple):
     intent: str | None
     feedback: str
     updated_at: datetime | Any
+    # Where the run's span lies, so the rating's span stays inside it.
+    created_at: datetime | Any = None
+    total_duration_ms: int | None = None

@@ -346,7 +346,7 @@ class Source:
         """Finished runs in [first_id, last_id] that carry feedback: one primary-key range read."""
         run = diagnosis_run.c
         stmt = (
-            select(run.id, run.run_id, run.intent, run.feedback, run.updated_at)
+            select(run.id, run.run_id, run.intent, run.feedback, run.updated_at, run.created_at, run.total_duration_ms)
             .where(run.id >= first_id, run.id <= last_id, run.feedback.is_not(None), run.status.in_(sorted(TERMINAL_STATUSES)))
             .order_by(run.id)
         )

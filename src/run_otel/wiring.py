@@ -13,11 +13,14 @@ from .clock import SourceClock
 from .config import Config
 from .content import ContentPolicy
 from .encoding import FastEncoder, resource_attributes
+from .evaluation import Evaluations
 from .export import Sink, build_sink
 from .feedback import FeedbackPass
+from .logrecords import LogRecordSender, build_log_sink
 from .mapping import Mapper
 from .masking import configured_secrets
 from .metrics import BridgeMetrics, HealthServer, build_metrics, readiness
+from .phoenix import PhoenixAnnotations
 from .poller import Poller, Recorder
 from .source import Source
 
@@ -60,16 +63,22 @@ def build_feedback(config: Config, poller: Poller, recorder: Recorder | None = N
     """The feedback recheck, sharing the poller's source, sink, state store and encoder; None when off."""
     if not config.feedback.enabled:
         return None
+    log_records = None
+    if config.feedback.log_records:
+        on_failure = recorder.export_failed if recorder is not None else (lambda: None)
+        log_records = LogRecordSender(build_log_sink(config), resource_attributes(config, os.environ), on_failure)
     return FeedbackPass(
         config.feedback,
         config.shard,
         poller.source,
         poller.sink,
         poller.store,
-        poller.mapper,
+        Evaluations(config.feedback, poller.source_clock, "openinference" in config.trace.conventions),
         poller.encoder,
         poller.source_clock,
         recorder,
+        log_records=log_records,
+        phoenix=PhoenixAnnotations(config.ui.phoenix_url, config.export.timeout_seconds) if config.ui.phoenix_url else None,
     )
 
 
