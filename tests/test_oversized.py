@@ -157,7 +157,11 @@ def test_evidence_of_200000_refs_is_capped_and_the_cap_recorded(stack, agent_db,
     for tool in tools:
         assert tool[A.RAG_EVIDENCE_COUNT] == 200_000
         assert tool[A.RAG_EVIDENCE_PATHS] == [f"$.kb.doc[{i}].para" for i in range(128)]
-        assert tool[A.RUN_OTEL_ATTRIBUTES_CUT] == [A.RAG_EVIDENCE_PATHS]
+        # The conventions' documents list is capped too, and stays a JSON list of the first documents.
+        documents = json.loads(tool[A.GEN_AI_RETRIEVAL_DOCUMENTS])
+        assert 0 < len(documents) <= 128 and len(tool[A.GEN_AI_RETRIEVAL_DOCUMENTS]) <= 4096
+        assert [d["id"] for d in documents] == [f"$.kb.doc[{i}].para" for i in range(len(documents))]
+        assert sorted(tool[A.RUN_OTEL_ATTRIBUTES_CUT]) == sorted([A.RAG_EVIDENCE_PATHS, A.GEN_AI_RETRIEVAL_DOCUMENTS])
     checkpoint_is_at_the_newest_run(tmp_path / "run-otel.toml")
 
 
@@ -176,7 +180,9 @@ def test_a_span_larger_than_a_request_is_cut_to_fit(stack, agent_db, tmp_path):
     wait_for_everything(tempo, agent_db, big_run, 2)
     (tool,) = [s for s in spans_of(tempo, big_run).values() if s.parent_span_id]
     assert A.RAG_EVIDENCE_PATHS not in attrs(tool)
-    assert attrs(tool)[A.RUN_OTEL_ATTRIBUTES_CUT] == [A.RAG_EVIDENCE_PATHS]
+    # The documents JSON was capped by the value length first; the paths were removed to fit the request.
+    assert attrs(tool)[A.RUN_OTEL_ATTRIBUTES_CUT] == [A.GEN_AI_RETRIEVAL_DOCUMENTS, A.RAG_EVIDENCE_PATHS]
+    assert json.loads(attrs(tool)[A.GEN_AI_RETRIEVAL_DOCUMENTS])
     assert attrs(tool)[A.RAG_EVIDENCE_COUNT] == 200_000
     assert tool.dropped_attributes_count == 1
 

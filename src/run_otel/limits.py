@@ -1,9 +1,9 @@
 """Caps on what one span may carry, and how a span too large for a request is cut.
 
 Every string attribute value is cut to ``trace.max_attribute_length`` characters
-(each element of a list too), and every list (``rag.evidence.paths``, and the
-OpenInference ``retrieval.documents.N.*`` entries) to ``trace.max_list_length``
-items, as the SDK's attribute limits do. A span that is still too large for one
+(each element of a list too), and every list (``rag.evidence.paths``, the JSON list
+``gen_ai.retrieval.documents``, and the OpenInference ``retrieval.documents.N.*``
+entries) to ``trace.max_list_length`` items, as the SDK's attribute limits do. A span that is still too large for one
 request is cut by :func:`cut_to`: its attributes are removed, largest first, until
 it fits; its name, ids, times and status stay. Either cut is recorded on the span:
 ``run_otel.attributes.cut`` names the keys that were shortened or removed, and
@@ -12,6 +12,7 @@ OTLP's own ``dropped_attributes_count`` counts the removed attributes.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -51,7 +52,7 @@ class AttributeLimits:
                     cut.append(A.OI_RETRIEVAL_DOCUMENTS)
                 continue
             if _too_long(value, n, m):
-                value = _shortened(value, n, m)
+                value = _shortened_documents(value, n, m) if key == A.GEN_AI_RETRIEVAL_DOCUMENTS else _shortened(value, n, m)
                 cut.append(key)
             kept.append((key, value))
         if not cut:
@@ -85,6 +86,26 @@ def _shortened(value: AttrValue, n: int, m: int) -> AttrValue:
         return value[:n]
     assert isinstance(value, tuple)
     return tuple(item[:n] for item in value[:m])
+
+
+def _shortened_documents(value: AttrValue, n: int, m: int) -> AttrValue:
+    """gen_ai.retrieval.documents is a JSON list: keep its first documents, as many as fit, so it
+    stays a list a reader can parse instead of JSON cut off mid-document."""
+    try:
+        documents = json.loads(value) if isinstance(value, str) else None
+    except ValueError:
+        documents = None
+    if not isinstance(documents, list):
+        return _shortened(value, n, m)
+    parts: list[str] = []
+    size = 2  # the brackets
+    for document in documents[:m]:
+        part = json.dumps(document, ensure_ascii=False, separators=(",", ":"))
+        if size + len(part) + (1 if parts else 0) > n:
+            break
+        size += len(part) + (1 if parts else 0)
+        parts.append(part)
+    return "[" + ",".join(parts) + "]"
 
 
 def _document_index(key: str) -> int:
