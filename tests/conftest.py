@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import subprocess
 import sys
@@ -20,6 +21,16 @@ _counter = itertools.count()
 
 # The drivers the suite runs on MariaDB: PyMySQL, and mysql-connector-python's C extension.
 DRIVERS = ("pymysql", "mysqlconnector")
+
+
+@pytest.fixture
+def restore_logging():
+    """For tests that call configure_logging: the root logger's handlers come back after."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 @pytest.fixture(scope="session")

@@ -4,17 +4,21 @@ evidence summarized by the database or parsed here. The bad-row corpus is part o
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
+import time
 
 import pytest
 from servers import with_driver
+from sqlalchemy import event
 from test_bad_rows import seed_corpus
 
 from run_otel.config import build_config
 from run_otel.encoding import FastEncoder
+from run_otel.logs import configure_logging
 from run_otel.mapping import Mapper
-from run_otel.source import Source
+from run_otel.source import ConnectionLost, Source
 
 
 def _seed_usual_runs(agent_db, runs: int = 40) -> None:
@@ -92,3 +96,40 @@ def test_a_c_driver_that_did_not_load_is_named_in_a_warning():
     done = subprocess.run([sys.executable, "-c", program.replace("phoenix.client.pytest.plugin, ", "").replace("assert not", "assert")],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "C extension" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("driver", ["pymysql", "mysqlconnector"])
+def test_a_connection_killed_after_its_read_is_a_lost_connection_with_every_driver(agent_db, driver, restore_logging):
+    """The server going away between a read and the connection's release: mysql-connector's
+    C extension then raises from rollback() an error SQLAlchemy does not wrap, which once
+    ended a backfill with a traceback instead of the retry a lost connection gets."""
+    _seed_usual_runs(agent_db, runs=5)
+    config = build_config({"source": {"url": with_driver(agent_db.url, driver)}, "log": {"format": "text"}})
+    stream = io.StringIO()
+    configure_logging(config, stream)
+    reader = Source(config)
+
+    @event.listens_for(reader.engine, "connect")
+    def remember_id(dbapi_connection, record):
+        cursor = dbapi_connection.cursor()
+        cursor.execute("SELECT CONNECTION_ID()")
+        record.info["server_id"] = cursor.fetchone()[0]
+        cursor.close()
+
+    @event.listens_for(reader.engine, "after_cursor_execute")
+    def kill_it(conn, cursor, statement, parameters, context, executemany):
+        if conn.info.pop("kill", False):
+            agent_db.execute(f"KILL CONNECTION {conn.info['server_id']}")
+            time.sleep(0.2)
+
+    assert len(reader.runs_after(0, 100)) == 5  # the precondition: the read works until the kill
+    reader.engine.pool.dispose()
+    with reader.engine.connect() as conn:
+        conn.info["kill"] = True
+    with pytest.raises(ConnectionLost, match="lost the connection"):
+        reader.runs_after(0, 100)
+    # The next read takes a fresh connection.
+    assert len(reader.runs_after(0, 100)) == 5
+    reader.close()
+    # The pool's own complaint, if it has one, is a line and not a traceback.
+    assert "Traceback" not in stream.getvalue(), stream.getvalue()

@@ -7,21 +7,11 @@ import json
 import logging
 from datetime import datetime, timedelta
 
-import pytest
 from conftest import DaemonProcess, write_config
 from servers import free_port, wait_for
 
 from run_otel.config import build_config
 from run_otel.logs import configure_logging
-
-
-@pytest.fixture
-def restore_logging():
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
 
 
 def _config(**log):

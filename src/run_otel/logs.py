@@ -63,9 +63,25 @@ class SecretFilter(logging.Filter):
         return True
 
 
+class PoolResetFilter(logging.Filter):
+    """SQLAlchemy's pool logs a traceback at ERROR when it cannot roll back a connection the
+    server already closed. run-otel's own line about the lost connection says what matters,
+    so the pool's becomes one WARNING line; at DEBUG the traceback stays."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name.startswith("sqlalchemy.pool") and record.msg == "Exception during reset or similar":
+            reason = record.exc_info[1] if record.exc_info else None
+            if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
+                record.exc_info, record.exc_text = None, None
+            record.msg, record.args = "discarded a database connection that could not be reset: %s", (reason,)
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
 def configure_logging(config: Config, stream=None, scrubber: Scrubber | None = None) -> SecretFilter:
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter() if config.log.format == "json" else TextFormatter())
+    handler.addFilter(PoolResetFilter())
     secret_filter = SecretFilter(scrubber or Scrubber.for_config(config))
     handler.addFilter(secret_filter)
     root = logging.getLogger()

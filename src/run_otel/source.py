@@ -186,6 +186,20 @@ _TIMEOUT_ERRORS = {1969: "max_statement_time", 3024: "max_execution_time", 1205:
 # dropped network): 2003 cannot connect, 2006 server has gone away, 2013 lost during
 # a query (also the read-timeout backstop's), 2055 mysql-connector's lost connection.
 _CONNECTION_ERRORS = frozenset({2003, 2006, 2013, 2055})
+# mysql-connector's C extension raises its own MySQLInterfaceError from rollback()
+# without wrapping it, and SQLAlchemy re-raises what is not a DB-API error as it is:
+# a server that goes away between a read and the connection's release would end a
+# backfill with a traceback instead of the wait every other lost connection gets.
+_LOST_WORDS = ("Lost connection to", "MySQL server has gone away", "Can't connect to")
+
+
+def _unwrapped_driver_errors() -> tuple[type[Exception], ...]:
+    try:
+        from _mysql_connector import MySQLInterfaceError
+    except ImportError:
+        return ()
+    return (MySQLInterfaceError,)
+
 _NO_SUCH_FUNCTION = 1305  # MySQL/MariaDB: FUNCTION ... does not exist
 _TLS_FAILED = 2026  # the client's "SSL connection error", often with only OpenSSL's own words
 
@@ -209,6 +223,7 @@ class Source:
         self._statement_timeout = config.source.statement_timeout_seconds
         self.engine = engine or make_engine(self._url, config.source.connect_timeout_seconds, config.source)
         self._chunk = config.poll.tool_chunk_size
+        self._unwrapped_errors = _unwrapped_driver_errors() if self.engine.dialect.driver == "mysqlconnector" else ()
         content = ContentPolicy.build(config.content, config.trace.conventions)
         run_cols = RUN_COLUMNS + content.run_columns()
         tool_cols = TOOL_COLUMNS + content.tool_columns()
@@ -248,6 +263,14 @@ class Source:
         try:
             with self.engine.connect() as conn:
                 return list(conn.execute(statement))
+        except self._unwrapped_errors as exc:
+            code = getattr(exc, "errno", None)
+            if code in _CONNECTION_ERRORS or str(exc).startswith(_LOST_WORDS):
+                raise ConnectionLost(
+                    f"database {self.describe()}: lost the connection (the server restarted or went away, "
+                    f"or the network dropped it): {exc}"
+                ) from None
+            raise SourceError(f"database {self.describe()}: {exc}") from None
         except SQLAlchemyError as exc:
             reason = getattr(exc, "orig", None) or exc.__class__.__name__
             code = getattr(reason, "args", (None,))[0] if getattr(reason, "args", None) else None
