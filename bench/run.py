@@ -225,7 +225,7 @@ def measure_backfill(tmp: Path, url: str, receiver: CountingReceiver, server: Ma
     cpu_before = server_cpu_seconds(server) if server else 0.0
     started = time.perf_counter()
     process = subprocess.Popen(
-        [sys.executable, "-m", "run_otel.cli", "backfill", "--since", "2000-01-01", "--config", str(config)],
+        [sys.executable, "-m", "run_otel", "backfill", "--since", "2000-01-01", "--config", str(config)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     peak = PeakRss(process.pid)
@@ -297,8 +297,8 @@ def measure_sdk_baseline(url: str, receiver: CountingReceiver, batch_size: int =
     from opentelemetry.trace import Status, StatusCode
 
     from run_otel.config import build_config
-    from run_otel.mapping import STATUS_ERROR, Mapper
-    from run_otel.source import Source
+    from run_otel.mapping.spans import STATUS_ERROR, Mapper
+    from run_otel.source.reader import Source
 
     receiver.reset()
     config = build_config({"source": {"url": url}})
@@ -380,7 +380,7 @@ def _connect(server: MariaDB, database: str, driver: str):
 
 def measure_raw_read(server: MariaDB, database: str, driver: str = "pymysql", batch_size: int = 500) -> dict:
     """The bridge's statements and columns through the same driver, rows discarded: the read limit."""
-    from run_otel.source import RUN_COLUMNS, TOOL_COLUMNS
+    from run_otel.source.reader import RUN_COLUMNS, TOOL_COLUMNS
 
     conn = _connect(server, database, driver)
     rows = 0
@@ -407,7 +407,7 @@ def measure_raw_read(server: MariaDB, database: str, driver: str = "pymysql", ba
 
 def measure_idle_poll(tmp: Path, url: str, reps: int = 30) -> dict:
     from run_otel.config import load_config
-    from run_otel.wiring import build_poller
+    from run_otel.factory import build_poller
 
     config = load_config(_config_file(tmp, url, "127.0.0.1:1", poll={"start_from": "now"}), environ={})
     poller = build_poller(config)
@@ -424,9 +424,9 @@ def measure_idle_poll(tmp: Path, url: str, reps: int = 30) -> dict:
 
 def measure_feedback_pass(tmp: Path, url: str, receiver: CountingReceiver, window_days: int, reps: int = 10) -> dict:
     """One feedback recheck over ``window_days`` of a 1M-row table: the first (sends every rating) and the steady state."""
-    from run_otel.checkpoint import Checkpoint
     from run_otel.config import load_config
-    from run_otel.wiring import build_feedback, build_poller
+    from run_otel.factory import build_feedback, build_poller
+    from run_otel.pipeline.checkpoint import Checkpoint
 
     config = load_config(_config_file(tmp, url, receiver.endpoint, feedback={"window_seconds": window_days * 86400}), environ={})
     poller = build_poller(config)
@@ -453,7 +453,7 @@ def measure_delay(tmp: Path, server: MariaDB, seconds: float, rate: float = 50.0
     server.create_database(database)
     with CountingReceiver(track_arrivals=True) as receiver:
         config = _config_file(tmp, server.url(database), receiver.endpoint, poll={"start_from": "beginning"})
-        daemon = subprocess.Popen([sys.executable, "-m", "run_otel.cli", "run", "--config", str(config)],
+        daemon = subprocess.Popen([sys.executable, "-m", "run_otel", "run", "--config", str(config)],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         finished: dict[str, float] = {}
         conn = server.root(database)

@@ -15,7 +15,7 @@ from servers import MariaDB, Receiver, Rotel
 from sqlalchemy import text
 
 from run_otel.config import Config, build_config
-from run_otel.source import make_engine
+from run_otel.source.reader import make_engine
 
 _counter = itertools.count()
 
@@ -154,7 +154,7 @@ def bridge_config(*args, **kwargs) -> Config:
 
 def run_cli(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "run_otel.cli", *args],
+        [sys.executable, "-m", "run_otel", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -184,7 +184,7 @@ class DaemonProcess:
         self.log = log
         self._fh = log.open("ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "run_otel.cli", "run", "--config", str(config), *args], stdout=self._fh, stderr=self._fh
+            [sys.executable, "-m", "run_otel", "run", "--config", str(config), *args], stdout=self._fh, stderr=self._fh
         )
 
     def kill(self) -> None:

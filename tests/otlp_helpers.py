@@ -9,8 +9,8 @@ from collections.abc import Iterable, Mapping
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from run_otel.encoding import encode_request, encode_span
-from run_otel.mapping import SpanData
+from run_otel.export.encoding import encode_request, encode_span
+from run_otel.mapping.spans import SpanData
 
 _ID_FIELDS = ("traceId", "spanId", "parentSpanId")
 
@@ -21,7 +21,7 @@ def encode_spans(spans: Iterable[SpanData], resource: Mapping[str, str]) -> Expo
 
 
 def parse_otlp_json(line: str) -> ExportTraceServiceRequest:
-    """The inverse of run_otel.export.otlp_json (hex ids), with protobuf's own JSON parser."""
+    """The inverse of run_otel.export.sinks.otlp_json (hex ids), with protobuf's own JSON parser."""
     doc = json.loads(line)
     for resource_spans in doc.get("resourceSpans", []):
         for scope_spans in resource_spans.get("scopeSpans", []):

@@ -22,7 +22,7 @@ import grpc
 import pymysql
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
-from run_otel.schema import mysql_statements
+from run_otel.source.schema import mysql_statements
 
 
 def free_port() -> int:

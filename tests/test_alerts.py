@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from run_otel.alert_cases import SCENARIOS
+from run_otel.generate.alert_cases import SCENARIOS
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "config" / "prometheus" / "alerts.yml"

@@ -46,7 +46,7 @@ def start_backfill(private_mariadb, receiver: Receiver, tmp_path, driver: str, r
         },
     )
     process = subprocess.Popen(
-        [sys.executable, "-m", "run_otel.cli", "backfill", "--from-id", "1", "--config", str(config)],
+        [sys.executable, "-m", "run_otel", "backfill", "--from-id", "1", "--config", str(config)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     wait_for(lambda: len(received_roots(receiver)) >= 2000, 120, "the backfill to be under way")

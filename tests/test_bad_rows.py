@@ -11,8 +11,8 @@ from datetime import timedelta
 from conftest import bridge_config, utc_now_naive
 from servers import wait_for
 
-from run_otel.poller import Recorder
-from run_otel.wiring import build_poller
+from run_otel.factory import build_poller
+from run_otel.pipeline.poller import Recorder
 
 OLD = utc_now_naive() - timedelta(hours=2)
 

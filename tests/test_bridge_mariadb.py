@@ -15,8 +15,8 @@ from conftest import bridge_sections, run_cli, table_rows, utc_now_naive, write_
 from servers import Receiver, wait_for
 from sqlalchemy import insert
 
-from run_otel.demo import generate, insert_workload
-from run_otel.schema import diagnosis_run
+from run_otel.ops.demo import generate, insert_workload
+from run_otel.source.schema import diagnosis_run
 
 PROTOCOLS = ["grpc", "http/protobuf"]
 TERMINAL = ("SUCCESS", "FALLBACK", "FAILED", "CANCELLED")
@@ -218,7 +218,7 @@ def test_kill_9_mid_batch_then_restart_delivers_everything_identically(agent_db,
     sections = bridge_sections(agent_db, tmp_path, receiver.endpoint, poll={"batch_size": 25, "interval_seconds": 0.2})
     config = str(write_config(tmp_path / "run-otel.toml", sections))
     env = {**os.environ}
-    command = [sys.executable, "-m", "run_otel.cli", "run", "--config", config]
+    command = [sys.executable, "-m", "run_otel", "run", "--config", config]
     first = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         assert receiver.holding.wait(60), "the daemon never reached the held request"
@@ -256,7 +256,7 @@ def test_sigterm_finishes_the_batch_and_saves_the_checkpoint(agent_db, tmp_path)
     receiver.start()
     sections = bridge_sections(agent_db, tmp_path, receiver.endpoint, poll={"batch_size": 10})
     config = str(write_config(tmp_path / "run-otel.toml", sections))
-    daemon = subprocess.Popen([sys.executable, "-m", "run_otel.cli", "run", "--config", config], stderr=subprocess.PIPE, text=True)
+    daemon = subprocess.Popen([sys.executable, "-m", "run_otel", "run", "--config", config], stderr=subprocess.PIPE, text=True)
     try:
         assert receiver.holding.wait(60), "the daemon never reached the held request"
         daemon.send_signal(signal.SIGTERM)

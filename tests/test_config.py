@@ -156,7 +156,7 @@ def test_help_loads_no_database_driver_exporter_or_terminal_library():
 
     heavy = ("sqlalchemy", "pymysql", "grpc", "opentelemetry", "rich", "apscheduler", "detect_secrets", "prometheus_client")
     code = (
-        "import sys; from run_otel.cli import cli; "
+        "import sys; from run_otel.cli.main import cli; "
         "from click.testing import CliRunner; assert CliRunner().invoke(cli, ['--help']).exit_code == 0; "
         f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({heavy!r})))"
     )

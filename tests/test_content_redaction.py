@@ -13,8 +13,8 @@ from servers import Receiver
 from sqlalchemy import insert
 from test_redaction import SECRETS
 
-from run_otel.schema import diagnosis_run, tool_invocation
-from run_otel.wiring import build_poller
+from run_otel.factory import build_poller
+from run_otel.source.schema import diagnosis_run, tool_invocation
 
 # Credentials as JSON values, the way tool arguments and results carry them.
 JSON_SECRETS: list[tuple[str, str]] = [

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from run_otel import instruments as I
+from run_otel.telemetry import instruments as I
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
@@ -235,7 +235,7 @@ def test_no_panel_leaves_the_24_column_grid():
 
 
 def test_every_stat_has_thresholds_and_the_alerting_ones_turn_red_at_the_alert():
-    from run_otel.alerts import THRESHOLDS
+    from run_otel.generate.alerts import THRESHOLDS
 
     stats = {p["title"]: p for board in boards().values() for p in panels(board) if p["type"] == "stat"}
     assert len(stats) >= 10

@@ -18,9 +18,9 @@ from conftest import AgentDb, bridge_sections, run_cli, utc_now_naive, write_con
 from servers import wait_for
 from sqlalchemy import text
 
-from run_otel.cli import cli
+from run_otel.cli.main import cli
 from run_otel.config import build_config
-from run_otel.demo import generate, insert_workload
+from run_otel.ops.demo import generate, insert_workload
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
@@ -28,7 +28,7 @@ SERVICES = COMPOSE["services"]
 COLLECTOR = yaml.safe_load((ROOT / "config/otel-collector.yaml").read_text())
 TEMPO = yaml.safe_load((ROOT / "config/tempo.yaml").read_text())
 COMPOSE_CONFIG = ROOT / "config/run-otel.compose.toml"
-INIT_SQL = [ROOT / "src/run_otel/schema/mysql.sql", ROOT / "deploy/mysql/02-run-otel-user.sql", ROOT / "deploy/mysql/03-demo-workload.sql"]
+INIT_SQL = [ROOT / "src/run_otel/source/schema/mysql.sql", ROOT / "deploy/mysql/02-run-otel-user.sql", ROOT / "deploy/mysql/03-demo-workload.sql"]
 
 
 def host_port(endpoint: str) -> tuple[str, int]:

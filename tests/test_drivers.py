@@ -15,10 +15,10 @@ from sqlalchemy import event
 from test_bad_rows import seed_corpus
 
 from run_otel.config import build_config
-from run_otel.encoding import FastEncoder
-from run_otel.logs import configure_logging
-from run_otel.mapping import Mapper
-from run_otel.source import ConnectionLost, Source
+from run_otel.export.encoding import FastEncoder
+from run_otel.mapping.spans import Mapper
+from run_otel.source.reader import ConnectionLost, Source
+from run_otel.telemetry.logs import configure_logging
 
 
 def _seed_usual_runs(agent_db, runs: int = 40) -> None:
@@ -86,7 +86,7 @@ def test_a_c_driver_that_did_not_load_is_named_in_a_warning():
         "assert not mysql.connector.HAVE_CEXT\n"
         "logging.basicConfig(level=logging.WARNING)\n"
         "from sqlalchemy.engine import make_url\n"
-        "from run_otel.source import make_engine\n"
+        "from run_otel.source.reader import make_engine\n"
         "make_engine(make_url('mysql+mysqlconnector://u:p@127.0.0.1:1/d'))\n"
     )
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from run_otel.encoding import FastEncoder, encode_request, encode_span
-from run_otel.mapping import SpanData
+from run_otel.export.encoding import FastEncoder, encode_request, encode_span
+from run_otel.mapping.spans import SpanData
 
 text = st.text(max_size=40)
 attribute_value = st.one_of(

@@ -10,10 +10,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from run_otel.config import build_config
-from run_otel.encoding import FastEncoder
-from run_otel.evidence import Evidence
-from run_otel.source import Source
-from run_otel.wiring import build_mapper
+from run_otel.export.encoding import FastEncoder
+from run_otel.factory import build_mapper
+from run_otel.source.evidence import Evidence
+from run_otel.source.reader import Source
 
 SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.text(max_size=8))
 REF = st.one_of(
@@ -91,7 +91,7 @@ def _is_object(text: str | None) -> bool:
 def _run(run_id: str):
     from datetime import datetime
 
-    from run_otel.rows import RunRow
+    from run_otel.source.rows import RunRow
 
     now = datetime(2026, 12, 3, 12, 0)
     fields = {f: None for f in RunRow._fields}

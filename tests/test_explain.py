@@ -9,9 +9,9 @@ from conftest import bridge_config, utc_now_naive
 from rich.console import Console
 from sqlalchemy import Engine, event
 
-from run_otel.demo import generate, insert_workload
-from run_otel.render import print_trace
-from run_otel.wiring import build_poller
+from run_otel.cli.render import print_trace
+from run_otel.factory import build_poller
+from run_otel.ops.demo import generate, insert_workload
 
 
 def test_no_statement_scans_a_table(agent_db, otlp, tmp_path):

@@ -20,7 +20,7 @@ from conftest import (
 )
 from servers import Receiver, wait_for
 
-from run_otel.demo import generate, insert_workload
+from run_otel.ops.demo import generate, insert_workload
 
 
 def seed(agent_db, runs: int, seed_value: int) -> None:
@@ -140,7 +140,7 @@ def test_a_deleted_state_store_says_where_it_restarts(agent_db, otlp, tmp_path):
     done = run_cli("once", "--config", str(path))
     assert done.returncode == 0
     top = table_rows(agent_db, "SELECT MAX(id) AS m FROM diagnosis_run")[0]["m"]
-    assert f"WARNING run_otel.poller: no checkpoint for default in sqlite:///{tmp_path / 'state.db'}: starting after run id {top}" in done.stderr
+    assert f"WARNING run_otel.pipeline.poller: no checkpoint for default in sqlite:///{tmp_path / 'state.db'}: starting after run id {top}" in done.stderr
 
 
 def test_retries_happen_when_the_log_says_and_recovery_is_said(agent_db, tmp_path):

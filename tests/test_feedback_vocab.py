@@ -15,11 +15,11 @@ from servers import Receiver
 from test_feedback import attrs, feedback_spans, rate
 from test_trust_mariadb import add_runs
 
-from run_otel.alerts import negative_feedback_rule
-from run_otel.check import WARN, run_checks
 from run_otel.config import FeedbackConfig
-from run_otel.metrics import build_metrics
-from run_otel.wiring import build_feedback, build_poller
+from run_otel.factory import build_feedback, build_poller
+from run_otel.generate.alerts import negative_feedback_rule
+from run_otel.ops.check import WARN, run_checks
+from run_otel.telemetry.metrics import build_metrics
 
 RATINGS = {"LIKE": "LIKE", "dislike": "DISLIKE", "thumbs-down": "THUMBS_DOWN", "Thumbs Up": "THUMBS_UP", "negative": "NEGATIVE",
            "0": "0", "Unhelpful": "UNHELPFUL"}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import gc
 import weakref
 
-from run_otel.gcpolicy import BatchCollection
+from run_otel.pipeline.gc_policy import BatchCollection
 
 
 class Node:

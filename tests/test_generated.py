@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from run_otel import instruments as I
+from run_otel.telemetry import instruments as I
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -81,7 +81,7 @@ def test_tool_latencies_under_100ms_fall_in_different_buckets():
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
     from run_otel.config import build_config
-    from run_otel.metrics import BridgeMetrics
+    from run_otel.telemetry.metrics import BridgeMetrics
 
     reader = InMemoryMetricReader()
     metrics = BridgeMetrics(build_config({}), [reader])
@@ -100,7 +100,7 @@ def test_the_metrics_endpoint_speaks_openmetrics_when_asked():
     from servers import free_port
 
     from run_otel.config import build_config
-    from run_otel.metrics import HealthServer, build_metrics
+    from run_otel.telemetry.metrics import HealthServer, build_metrics
 
     metrics = build_metrics(build_config({}))
     server = HealthServer("127.0.0.1", free_port(), metrics.registry, lambda: (True, "ready")).start()
@@ -117,7 +117,7 @@ def test_the_metrics_endpoint_speaks_openmetrics_when_asked():
 
 
 def test_latency_panels_show_exemplars_that_open_the_trace_by_the_label_run_otel_writes():
-    from run_otel.exemplars import TRACE_ID_LABEL
+    from run_otel.telemetry.exemplars import TRACE_ID_LABEL
 
     with_exemplars = {
         inner["title"]: target["expr"]
@@ -147,7 +147,7 @@ def test_export_delays_of_hours_and_days_fall_in_finite_buckets_of_their_own():
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
     from run_otel.config import build_config
-    from run_otel.metrics import BridgeMetrics
+    from run_otel.telemetry.metrics import BridgeMetrics
 
     reader = InMemoryMetricReader()
     metrics = BridgeMetrics(build_config({}), [reader])
@@ -163,9 +163,9 @@ def test_tool_duration_is_labelled_by_retrieval_layer():
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
     from run_otel.config import build_config
-    from run_otel.metrics import BridgeMetrics
-    from run_otel.poller import ExportedRun, PollResult
-    from run_otel.rows import RunRow, ToolRow
+    from run_otel.pipeline.poller import ExportedRun, PollResult
+    from run_otel.source.rows import RunRow, ToolRow
+    from run_otel.telemetry.metrics import BridgeMetrics
 
     run_id = "run-550e8400-e29b-41d4-a716-446655440000"
     run = RunRow(**{**{f: None for f in RunRow._fields}, "id": 1, "run_id": run_id, "status": "SUCCESS", "intent": "DIAGNOSIS"})

@@ -15,13 +15,13 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from test_metrics_live import NOT_YET, filled, http_status, panels, scalar, start_daemon
 
-from run_otel import instruments as I
 from run_otel.config import build_config
-from run_otel.demo import generate, insert_workload
-from run_otel.export import JsonFileSink
-from run_otel.metrics import build_metrics
-from run_otel.source import make_engine
-from run_otel.wiring import build_poller
+from run_otel.export.sinks import JsonFileSink
+from run_otel.factory import build_poller
+from run_otel.ops.demo import generate, insert_workload
+from run_otel.source.reader import make_engine
+from run_otel.telemetry import instruments as I
+from run_otel.telemetry.metrics import build_metrics
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -7,13 +7,13 @@ import logging
 import pytest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from run_otel import attributes as A
 from run_otel.config import ConfigError, build_config, load_config
-from run_otel.encoding import FastEncoder
-from run_otel.export import JsonFileSink
-from run_otel.limits import AttributeLimits, cut_to
-from run_otel.mapping import SpanData
-from run_otel.sending import RequestSender
+from run_otel.export.encoding import FastEncoder
+from run_otel.export.sending import RequestSender
+from run_otel.export.sinks import JsonFileSink
+from run_otel.mapping import attributes as A
+from run_otel.mapping.limits import AttributeLimits, cut_to
+from run_otel.mapping.spans import SpanData
 
 ENCODER = FastEncoder({"service.name": "diagnosis-agent"})
 

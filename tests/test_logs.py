@@ -11,7 +11,7 @@ from conftest import DaemonProcess, write_config
 from servers import free_port, wait_for
 
 from run_otel.config import build_config
-from run_otel.logs import configure_logging
+from run_otel.telemetry.logs import configure_logging
 
 
 def _config(**log):
@@ -69,7 +69,7 @@ def test_the_daemon_logs_json_and_no_scheduler_chatter(tmp_path):
         "metrics": {"enabled": False},
         "log": {"format": "json"},
     })
-    from run_otel.demo import generate, seed_demo_database
+    from run_otel.ops.demo import generate, seed_demo_database
 
     seed_demo_database(tmp_path / "agent.db", generate(1, 0, datetime(2026, 1, 1)))
     daemon = DaemonProcess(config, tmp_path / "daemon.log")

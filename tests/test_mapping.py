@@ -9,12 +9,12 @@ from datetime import UTC, datetime
 import pytest
 from otlp_helpers import encode_spans
 
-from run_otel import attributes as A
 from run_otel.config import build_config
-from run_otel.content import is_content_attribute
-from run_otel.encoding import resource_attributes
-from run_otel.mapping import STATUS_ERROR, STATUS_OK, STATUS_UNSET, Mapper
-from run_otel.rows import RunRow, ToolRow
+from run_otel.export.encoding import resource_attributes
+from run_otel.mapping import attributes as A
+from run_otel.mapping.content import is_content_attribute
+from run_otel.mapping.spans import STATUS_ERROR, STATUS_OK, STATUS_UNSET, Mapper
+from run_otel.source.rows import RunRow, ToolRow
 
 RUN_ID = "run-550e8400-e29b-41d4-a716-446655440000"
 

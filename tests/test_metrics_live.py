@@ -21,14 +21,14 @@ from prometheus_client import CollectorRegistry
 from servers import MariaDB, Prometheus, free_port, wait_for
 from sqlalchemy.engine import make_url
 
-from run_otel import instruments as I
-from run_otel.checkpoint import CheckpointStore
 from run_otel.config import build_config
-from run_otel.demo import generate, insert_workload
-from run_otel.export import JsonFileSink
-from run_otel.metrics import BridgeMetrics
-from run_otel.source import make_engine
-from run_otel.wiring import build_poller
+from run_otel.export.sinks import JsonFileSink
+from run_otel.factory import build_poller
+from run_otel.ops.demo import generate, insert_workload
+from run_otel.pipeline.checkpoint import CheckpointStore
+from run_otel.source.reader import make_engine
+from run_otel.telemetry import instruments as I
+from run_otel.telemetry.metrics import BridgeMetrics
 
 ROOT = Path(__file__).resolve().parent.parent
 DASHBOARDS = sorted((ROOT / "dashboards").glob("*.json"))
@@ -36,7 +36,7 @@ DASHBOARDS = sorted((ROOT / "dashboards").glob("*.json"))
 
 def start_daemon(config: Path) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "run_otel.cli", "run", "--config", str(config)], stderr=subprocess.PIPE, text=True
+        [sys.executable, "-m", "run_otel", "run", "--config", str(config)], stderr=subprocess.PIPE, text=True
     )
 
 
@@ -298,8 +298,8 @@ def test_exemplars_in_prometheus_open_the_run_and_the_tool_behind_each_bucket(ag
 def test_the_sdk_keeps_the_span_of_each_measurement_as_an_otlp_exemplar():
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-    from run_otel.poller import ExportedRun, PollResult
-    from run_otel.rows import RunRow, ToolRow
+    from run_otel.pipeline.poller import ExportedRun, PollResult
+    from run_otel.source.rows import RunRow, ToolRow
 
     run_id = "run-550e8400-e29b-41d4-a716-446655440000"
     run = RunRow(**{**{f: None for f in RunRow._fields}, "id": 1, "run_id": run_id, "status": "FAILED", "intent": "DIAGNOSIS",

@@ -113,9 +113,9 @@ def test_the_backlog_gauge_counts_every_waiting_run_during_an_outage(agent_db, t
     from servers import Receiver, free_port
 
     from run_otel.config import build_config
-    from run_otel.export import ExportError
-    from run_otel.metrics import build_metrics
-    from run_otel.wiring import build_poller
+    from run_otel.export.sinks import ExportError
+    from run_otel.factory import build_poller
+    from run_otel.telemetry.metrics import build_metrics
 
     add_runs(agent_db, ["UTC_TIMESTAMP() - INTERVAL 10 MINUTE"] * 2)
     receiver = Receiver()
@@ -190,7 +190,7 @@ def test_a_backfill_stopped_by_sigterm_says_where_to_resume(agent_db, otlp, tmp_
                   UTC_TIMESTAMP() - INTERVAL 1 HOUR FROM seq_1_to_60000"""
     )
     config = write_config(tmp_path / "c.toml", bridge_sections(agent_db, tmp_path, otlp.endpoint("grpc"), poll={"batch_size": 200}))
-    process = subprocess.Popen([sys.executable, "-m", "run_otel.cli", "backfill", "--from-id", "1", "--config", str(config)],
+    process = subprocess.Popen([sys.executable, "-m", "run_otel", "backfill", "--from-id", "1", "--config", str(config)],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_for(lambda: len(received_roots(otlp.receiver)) >= 1000, 60, "the backfill to be under way")
     process.send_signal(signal.SIGTERM)

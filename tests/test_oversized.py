@@ -14,12 +14,12 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from prometheus_client import CollectorRegistry
 from servers import Collector, Receiver, wait_for
 
-from run_otel import attributes as A
 from run_otel.config import build_config
-from run_otel.demo import generate, insert_workload
-from run_otel.metrics import BridgeMetrics
-from run_otel.readings import read_run, read_tool
-from run_otel.wiring import build_poller
+from run_otel.factory import build_poller
+from run_otel.mapping import attributes as A
+from run_otel.ops.demo import generate, insert_workload
+from run_otel.source.readings import read_run, read_tool
+from run_otel.telemetry.metrics import BridgeMetrics
 
 GRPC_LIMIT = 4 * 1024 * 1024
 CHINESE = "检索到的证据表明数据库连接池在高峰期耗尽，建议扩容并检查慢查询。"

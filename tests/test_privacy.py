@@ -16,10 +16,10 @@ from rich.console import Console
 from servers import free_port, wait_for
 from sqlalchemy import Engine, event, insert
 
-from run_otel.check import run_checks
-from run_otel.render import print_trace
-from run_otel.schema import diagnosis_run, tool_invocation
-from run_otel.wiring import build_poller, start_metrics
+from run_otel.cli.render import print_trace
+from run_otel.factory import build_poller, start_metrics
+from run_otel.ops.check import run_checks
+from run_otel.source.schema import diagnosis_run, tool_invocation
 
 CONTENT_COLUMNS = ("query", "answer", "published_result", "input_params", "output_preview", "evidence")
 

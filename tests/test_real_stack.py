@@ -357,11 +357,11 @@ def test_show_and_the_backfill_summary_print_ids_and_links_that_open_in_jaeger(s
 def test_each_refused_log_batch_is_counted_and_warned_about_once(stack, tmp_path, caplog):
     import logging
 
-    from run_otel.clock import SourceClock
     from run_otel.config import build_config
-    from run_otel.evaluation import Evaluations
-    from run_otel.logrecords import LogRecordSender, build_log_sink
-    from run_otel.rows import FeedbackRow
+    from run_otel.export.logrecords import LogRecordSender, build_log_sink
+    from run_otel.mapping.evaluation import Evaluations
+    from run_otel.source.clock import SourceClock
+    from run_otel.source.rows import FeedbackRow
 
     jaeger, _collector, _tempo = stack
     config = build_config({"export": {"endpoint": f"http://127.0.0.1:{jaeger.otlp_port}", "timeout_seconds": 5}})
@@ -371,7 +371,7 @@ def test_each_refused_log_batch_is_counted_and_warned_about_once(stack, tmp_path
         FeedbackRow(1, f"run-{uuid.uuid4()}", None, "UP", datetime(2026, 1, 1))
     )
     try:
-        with caplog.at_level(logging.DEBUG, logger="run_otel.logrecords"):
+        with caplog.at_level(logging.DEBUG, logger="run_otel.export.logrecords"):
             assert sender.send([record]) is False and sender.send([record]) is False
     finally:
         sender.close()

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from run_otel.content import Cleaner
-from run_otel.redaction import REDACTED, Redactor
+from run_otel.mapping.content import Cleaner
+from run_otel.mapping.redaction import REDACTED, Redactor
 
 _PEM_RSA = (
     "-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA3Tz2mr7SZiAMfQyuvBjM2rS0Mz7t1YvVyJxtaZ2nPq0dWJzD\n"

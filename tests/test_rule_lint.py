@@ -8,8 +8,8 @@ from pathlib import Path
 
 import yaml
 
-from run_otel import instruments as I
-from run_otel.alerts import rules
+from run_otel.generate.alerts import rules
+from run_otel.telemetry import instruments as I
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNBOOK = ROOT / "docs" / "runbook.md"

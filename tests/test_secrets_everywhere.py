@@ -15,7 +15,7 @@ from conftest import DaemonProcess, bridge_sections, run_cli, utc_now_naive, wri
 from servers import Receiver, RefusingHttpReceiver, free_port, wait_for
 from sqlalchemy import insert
 
-from run_otel.schema import diagnosis_run, tool_invocation
+from run_otel.source.schema import diagnosis_run, tool_invocation
 
 # Opaque values: no credential shape, so only verbatim masking can catch them.
 TOKEN = "QZ7vK2mN9pL4xR8tW3yB"

@@ -132,7 +132,7 @@ def test_soak_with_a_flapping_receiver(agent_db, otlp, tmp_path):
 def test_two_instances_one_lease_and_a_takeover(agent_db, otlp, tmp_path):
     from conftest import utc_now_naive
 
-    from run_otel.demo import generate, insert_workload
+    from run_otel.ops.demo import generate, insert_workload
 
     insert_workload(agent_db.engine(), generate(31, 4000, anchor=utc_now_naive()))
     sections = bridge_sections(

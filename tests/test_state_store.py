@@ -13,7 +13,7 @@ from sqlalchemy import text
 from test_source_backwards import add_runs
 
 from run_otel.config import build_config
-from run_otel.source import Source, SourceError
+from run_otel.source.reader import Source, SourceError
 
 
 def config_file(agent_db, tmp_path, otlp, **overrides) -> str:

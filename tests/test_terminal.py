@@ -301,7 +301,7 @@ def test_check_reports_a_misspelt_driver_as_a_finding(tmp_path):
 
 @pytest.mark.parametrize("command", [["once"], ["run"], ["check"], ["status"], ["show", "run-x"], ["backfill", "--since", "1d"]])
 def test_without_a_config_nothing_runs_against_the_demo_defaults(tmp_path, command):
-    done = subprocess.run([sys.executable, "-m", "run_otel.cli", *command], capture_output=True, text=True, cwd=tmp_path,
+    done = subprocess.run([sys.executable, "-m", "run_otel", *command], capture_output=True, text=True, cwd=tmp_path,
                           env={**{k: v for k, v in os.environ.items() if not k.startswith("RUN_OTEL_")}}, timeout=60)
     assert done.returncode == 2, done.stderr
     assert "no config: pass --config FILE" in done.stderr

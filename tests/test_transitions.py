@@ -6,10 +6,10 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from run_otel.checkpoint import Checkpoint
-from run_otel.clock import ClockSample, SourceClock, zone_finding
-from run_otel.rows import RunRow
-from run_otel.transitions import MAX_NEW_GAPS, Rules, advance, classify, expire_gaps, initial_checkpoint, timed_out
+from run_otel.pipeline.checkpoint import Checkpoint
+from run_otel.pipeline.transitions import MAX_NEW_GAPS, Rules, advance, classify, expire_gaps, initial_checkpoint, timed_out
+from run_otel.source.clock import ClockSample, SourceClock, zone_finding
+from run_otel.source.rows import RunRow
 
 UTC = SourceClock("UTC")
 T0 = datetime(2026, 12, 1, 12, 0, 0)
@@ -178,10 +178,10 @@ def test_the_poller_expires_a_gap_exactly_at_the_configured_timeout(tmp_path):
     from sqlalchemy.engine import make_url
 
     from run_otel.config import build_config
-    from run_otel.export import JsonFileSink
-    from run_otel.schema import diagnosis_run, metadata
-    from run_otel.source import make_engine
-    from run_otel.wiring import build_poller
+    from run_otel.export.sinks import JsonFileSink
+    from run_otel.factory import build_poller
+    from run_otel.source.reader import make_engine
+    from run_otel.source.schema import diagnosis_run, metadata
 
     engine = make_engine(make_url(f"sqlite:///{tmp_path / 'agent.db'}"))
     metadata.create_all(engine)

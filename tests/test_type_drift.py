@@ -13,12 +13,12 @@ from prometheus_client import generate_latest
 from servers import Receiver
 from test_bad_rows import add_run, add_tool, new_run_id
 
-from run_otel.check import WARN, run_checks
-from run_otel.checkpoint import CheckpointStore
-from run_otel.metrics import build_metrics
-from run_otel.poller import Recorder
-from run_otel.readings import Unreadable, as_count, as_flag
-from run_otel.wiring import build_poller
+from run_otel.factory import build_poller
+from run_otel.ops.check import WARN, run_checks
+from run_otel.pipeline.checkpoint import CheckpointStore
+from run_otel.pipeline.poller import Recorder
+from run_otel.source.readings import Unreadable, as_count, as_flag
+from run_otel.telemetry.metrics import build_metrics
 
 FAILED = ("false", "FALSE", "no", "0", "n")
 SUCCEEDED = ("true", "Yes", "1")

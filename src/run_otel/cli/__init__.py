@@ -1,0 +1,1 @@
+"""The ``run-otel`` command line: each command parses, calls one function, renders."""

@@ -1,0 +1,351 @@
+"""The ``run-otel`` command line: thin commands over the wiring."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from .ops_commands import COMMANDS as OPERATOR_COMMANDS
+from .options import CONFIG_OPTION, EXIT_FAILED, EXIT_PARTIAL, EXIT_USAGE, SHARD_OPTION, fail, guarded, load
+from .times import TimeParam
+
+if TYPE_CHECKING:
+    from ..config import Config
+    from ..pipeline.backfill import Window
+
+# Each command imports what it runs on (SQLAlchemy, gRPC, the SDK, rich) in its body:
+# `run-otel --help` then costs the interpreter and click, not the whole bridge.
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="run-otel", prog_name="run-otel")
+def cli() -> None:
+    """Export the diagnosis agent's runs as OpenTelemetry traces.
+
+    Each diagnosis_run row becomes a root span and each of its tool_invocation
+    rows a child span, sent over OTLP to Jaeger, Tempo or any collector. The
+    database is only read, never written.
+
+    Start with `run-otel demo` to see it on a built-in workload, then
+    `run-otel check --config FILE` against your own database.
+    """
+
+
+@cli.command()
+@CONFIG_OPTION
+@SHARD_OPTION
+def once(config_path: Path | None, shard: str | None) -> None:
+    """Poll once: export every finished run since the checkpoint, then exit.
+
+    Exits 0 when the receiver acknowledged everything (the checkpoint is then
+    saved), 1 with a one-line reason otherwise (the checkpoint does not move),
+    and 3 when the checkpoint moved but some spans were not delivered: the
+    receiver rejected them (partial_success) or run-otel dropped them as too
+    large to send. They are not sent again.
+    """
+    config = load(config_path, shard)
+    undelivered = 0
+
+    def body() -> None:
+        nonlocal undelivered
+        from ..factory import build_feedback, build_poller
+        from ..ops.daemon import summary
+        from ..pipeline.store_lock import store_lock
+
+        with store_lock(config):  # a `once` beside a running daemon would export everything twice
+            poller = build_poller(config)
+            result = poller.poll()
+            click.echo(summary(result))
+            undelivered = result.rejected_spans + result.dropped_spans
+            feedback = build_feedback(config, poller)
+            if feedback:
+                checked = feedback.run()
+                click.echo(f"feedback: {checked.rated} rated runs in the window, {checked.sent} new or changed sent")
+
+    guarded(body)
+    if undelivered:
+        fail(f"{undelivered} spans were not delivered (see the warnings above); the checkpoint moved past them", EXIT_PARTIAL)
+
+
+@cli.command()
+@CONFIG_OPTION
+@SHARD_OPTION
+def run(config_path: Path | None, shard: str | None) -> None:
+    """Run the daemon: poll every poll.interval_seconds until SIGTERM.
+
+    Polls never overlap. On SIGTERM or Ctrl-C the batch in flight is finished
+    and its checkpoint saved before the process exits. A database or receiver
+    outage is retried with backoff; nothing is skipped.
+    """
+    from ..ops.daemon import Daemon
+
+    config = load(config_path, shard)
+    guarded(lambda: Daemon(config).run_forever())
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+_TIME = TimeParam()
+
+
+@cli.command()
+@CONFIG_OPTION
+@click.option("--since", type=_TIME, default=None, help="Export runs created at or after this time: YYYY-MM-DD[ HH:MM[:SS]] in source.timezone, ISO 8601 with an offset, or a duration ago (24h, 7d).")
+@click.option("--until", type=_TIME, default=None, help="...and before this time [default: no upper bound].")
+@click.option("--from-id", type=click.IntRange(min=1), default=None, help="Read run ids from this one, instead of probing for the window's ids.")
+@click.option("--to-id", type=click.IntRange(min=1), default=None, help="...up to and including this one [default: the newest].")
+@click.option("--full-scan", is_flag=True, help="Read every run id once: complete even when ids are not in created_at order.")
+@click.option("--with-metrics", is_flag=True, help="Also count the runs in the run metrics (off: history would distort rates).")
+@SHARD_OPTION
+def backfill(
+    config_path: Path | None,
+    since: datetime | None,
+    until: datetime | None,
+    from_id: int | None,
+    to_id: int | None,
+    full_scan: bool,
+    with_metrics: bool,
+    shard: str | None,
+) -> None:
+    """Export history: every finished run created in [--since, --until).
+
+    The id range is found by primary-key probes, never by a scan, and read in
+    batches of poll.batch_size with a progress bar. Only runs created inside
+    the window are sent. Probes assume ids grow with created_at; when they do
+    not (after an import), backfill says so and names --full-scan and
+    --from-id/--to-id, which read a whole id range and are always complete.
+    The daemon's checkpoint is neither read nor moved, so a backfill can run
+    beside `run-otel run`; runs exported by both arrive twice, byte-identical.
+    """
+    if since is None and from_id is None and not full_scan:
+        raise click.UsageError("give --since, --from-id or --full-scan")
+    if since and until and until <= since:
+        raise click.UsageError(f"--until ({until}) must be after --since ({since})")
+    if from_id and to_id and to_id < from_id:
+        raise click.UsageError(f"--to-id ({to_id}) must not be below --from-id ({from_id})")
+    from ..pipeline.backfill import Window
+    from ..source.clock import SourceClock
+
+    config = load(config_path, shard)
+    clock = SourceClock(config.source.timezone)
+    window = Window(since and clock.naive(since), until and clock.naive(until))
+    guarded(lambda: _backfill(config, window, (from_id, to_id, full_scan), with_metrics))
+
+
+def _backfill(config: Config, window: Window, ids: tuple, with_metrics: bool) -> None:
+    import signal
+    import time
+
+    from rich.console import Console
+
+    from ..export.sinks import ExportError
+    from ..factory import build_poller, start_metrics
+    from ..mapping.spans import trace_id_for
+    from ..pipeline.backfill import order_warning, plan, resume_hint, where_to_find
+    from ..pipeline.poller import PollResult
+    from ..source.reader import SourceError
+    from .render import progress_bar, trace_links
+
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
+    metrics, server = start_metrics(config) if with_metrics else (None, None)
+    poller = build_poller(config, recorder=metrics)
+    source = poller.source
+    ids_plan = plan(source, window, *ids)
+    signal.signal(signal.SIGTERM, lambda *_: poller.stop_requested.set())
+    started, spans, read_to = time.monotonic(), 0, ids_plan.first_id - 1
+    first_trace = last_trace = ""
+    total = PollResult()
+    failure: Exception | None = None
+    if not ids_plan.empty:
+        with progress_bar(console) as progress:
+            task = progress.add_task(
+                f"backfill ids {ids_plan.first_id}..{ids_plan.last_id}", total=ids_plan.last_id - ids_plan.first_id + 1, rate=""
+            )
+
+            def advance(result: PollResult, cursor: int) -> None:
+                nonlocal spans, first_trace, last_trace, read_to
+                spans += result.spans
+                read_to = cursor
+                total.add(result)  # here, not from backfill()'s return: a failed backfill still reports what it sent
+                if result.runs:
+                    first_trace = first_trace or trace_id_for(result.runs[0].run.run_id).hex()
+                    last_trace = trace_id_for(result.runs[-1].run.run_id).hex()
+                rate = spans / max(time.monotonic() - started, 1e-9)
+                progress.update(task, completed=cursor - ids_plan.first_id + 1, rate=f"{rate:,.0f} spans/s")
+
+            try:
+                poller.backfill(
+                    ids_plan.first_id, ids_plan.last_id, advance, record_metrics=with_metrics, created_in=window.contains
+                )
+            except (SourceError, ExportError) as exc:  # what was sent stays sent: say where to resume
+                failure = exc
+    click.echo(f"backfilled {total.run_count} runs ({total.spans} spans) {window.describe()} in {time.monotonic() - started:.1f}s")
+    for line in where_to_find(first_trace, last_trace):
+        click.echo(line)
+    for label, trace_id in (("first", first_trace), ("last", last_trace)) if first_trace else ():
+        for link in trace_links(config, trace_id):
+            click.echo(f"open {label}: {link}")
+    # The order probes read the database; after a failure it may be away, and the resume line matters more.
+    warning = order_warning(ids_plan, total.outside_window, source) if failure is None else None
+    if warning:
+        console.print(f"[bold red]WARNING:[/] {warning}")
+    if server:
+        server.stop()
+    if metrics:
+        metrics.shutdown()
+    if failure is not None:
+        fail(f"{failure}; stopped after run id {read_to}: {resume_hint(read_to, ids_plan.last_id)}")
+    if poller.stop_requested.is_set() and read_to < ids_plan.last_id:
+        fail(f"stopped by SIGTERM after run id {read_to}: {resume_hint(read_to, ids_plan.last_id)}")
+
+
+# -- the terminal commands ----------------------------------------------------
+
+
+@cli.command()
+@CONFIG_OPTION
+@click.argument("run_id")
+def show(config_path: Path | None, run_id: str) -> None:
+    """Print the span tree that would be exported for RUN_ID.
+
+    Shows names, durations, status and the key RAG attributes, the trace id
+    to open in Jaeger or Tempo, and a link when ui.jaeger_url, ui.tempo_url
+    or ui.phoenix_url is set. Exits 1 when no run has that run_id.
+    """
+    from rich.console import Console
+
+    from ..source.reader import Source
+    from .render import print_trace
+
+    config = load(config_path)
+
+    def body() -> None:
+        source = Source(config)
+        if not print_trace(Console(), config, source, run_id):
+            fail(f"no run with run_id {run_id!r} in {source.describe()}")
+
+    guarded(body)
+
+
+@cli.command()
+@CONFIG_OPTION
+def check(config_path: Path | None) -> None:
+    """Check a deployment: config, database, schema, indexes, privileges, endpoint.
+
+    One line per check, then a verdict. Warnings (a missing index, a user that
+    can write) do not fail; exit 1 only when something run-otel needs is missing.
+    """
+    from rich.console import Console
+
+    from ..ops.check import FAIL, OK, WARN, run_checks
+
+    symbols = {OK: "[green]✔[/]", WARN: "[yellow]![/]", FAIL: "[red]✘[/]"}
+    config = load(config_path)
+    # soft_wrap: a line is never broken at 80 columns when stdout is a pipe (CI, kubectl exec).
+    console = Console(highlight=False, soft_wrap=True)
+    findings = []
+    for finding in run_checks(config):
+        findings.append(finding)
+        detail = f": {finding.detail}" if finding.detail else ""
+        console.print(f"{symbols[finding.level]} {finding.what}{detail}")
+    failures = sum(f.level == FAIL for f in findings)
+    warnings = sum(f.level == WARN for f in findings)
+    if failures:
+        console.print(f"[red]check failed[/]: {failures} problem(s), {warnings} warning(s)")
+        sys.exit(EXIT_FAILED)
+    console.print(f"[green]check passed[/] with {warnings} warning(s)")
+
+
+@cli.command()
+@CONFIG_OPTION
+@click.option("--db", "db_path", type=click.Path(dir_okay=False, path_type=Path), default=Path("run-otel-demo.db"), show_default=True, help="SQLite file to create and seed (replaced if it exists).")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=Path("run-otel-demo.otlp.jsonl"), show_default=True, help="OTLP-JSON file written when OTEL_EXPORTER_OTLP_ENDPOINT is not set.")
+@click.option("--runs", type=click.IntRange(1, 1_000_000), default=300, show_default=True, help="Runs to generate.")
+@click.option("--seed", type=int, default=42, show_default=True, help="Random seed; the same seed gives the same rows and the same OTLP bytes.")
+@click.option("--anchor", type=click.DateTime(["%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S"]), default=None, help="UTC time the workload ends at [default: the start of the current hour].")
+def demo(config_path: Path | None, db_path: Path, out_path: Path, runs: int, seed: int, anchor: datetime | None) -> None:
+    """Seed a SQLite database with a realistic workload and export it.
+
+    About 300 runs over an hour in several chat sessions: every intent and
+    outcome, a few still RUNNING, 0 to 12 tool calls each, L0/L1 retrieval
+    with every relevance level, evidence refs and failing calls. They are
+    exported through the same poller as `run-otel run`: to
+    OTEL_EXPORTER_OTLP_ENDPOINT when it is set, else to an OTLP-JSON file.
+    Ends with a summary and the span trees of a failed and a RAG-heavy run.
+    """
+    base = load(config_path, demo=True)
+    # The demo speaks through its summary; keep the daemon's INFO lines out of it.
+    logging.getLogger().setLevel(max(logging.getLogger().level, logging.WARNING))
+    guarded(lambda: _demo(base, db_path, out_path, runs, seed, anchor))
+
+
+def _demo(base: Config, db_path: Path, out_path: Path, runs: int, seed: int, anchor: datetime | None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..export.sinks import JsonFileSink, Sink, build_sink
+    from ..factory import build_poller
+    from ..ops.demo import demo_config, generate, interesting_runs, seed_demo_database, summary_rows
+    from ..source.reader import Source
+    from .render import ProgressRecorder, print_trace, progress_bar
+
+    console = Console(highlight=False)
+    anchor = anchor or _utcnow().replace(minute=0, second=0, microsecond=0, tzinfo=None)
+    workload = generate(seed, runs, anchor)
+    seed_demo_database(db_path, workload)
+    state_path = db_path.with_name(db_path.name + ".state")
+    state_path.unlink(missing_ok=True)
+    config = demo_config(base, db_path, state_path)
+    sink: Sink
+    if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        sink = build_sink(config)
+    else:
+        out_path.unlink(missing_ok=True)
+        sink = JsonFileSink(out_path)
+    console.print(f"seeded {len(workload.runs)} runs and {len(workload.tools)} tool calls into {db_path} (seed {seed})")
+    with progress_bar(console) as progress:
+        task = progress.add_task(f"exporting to {sink.describe()}", total=len(workload.terminal_runs()), rate="")
+        result = build_poller(config, recorder=ProgressRecorder(progress, task), sink=sink).poll()
+    sink.close()
+    table = Table(show_header=False, box=None)
+    table.add_row("spans exported", f"{result.spans} in {result.run_count} traces to {sink.describe()}")
+    for name, value in summary_rows(workload):
+        table.add_row(name, value)
+    console.print(table)
+    source = Source(config)
+    for title, run_id in zip(("a failed run", "a RAG-heavy run"), interesting_runs(workload)):
+        if run_id:
+            console.rule(title)
+            print_trace(console, config, source, run_id)
+    source.close()
+    if isinstance(sink, JsonFileSink):
+        click.echo(f"OTLP-JSON written to {sink.path}")
+
+
+for _command in OPERATOR_COMMANDS:
+    cli.add_command(_command)
+
+
+def main() -> None:
+    try:
+        code = cli.main(prog_name="run-otel", standalone_mode=False)
+    except click.UsageError as exc:
+        command = exc.ctx.command_path if exc.ctx else "run-otel"
+        fail(f"{exc.format_message()} (see '{command} --help')", EXIT_USAGE)
+    except click.ClickException as exc:
+        fail(exc.format_message(), exc.exit_code)
+    except click.Abort:
+        fail("aborted", EXIT_FAILED)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,193 @@
+"""The operator's commands: `status`, `rewind`, `export`, `config` and `health`."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import click
+
+from .options import CONFIG_OPTION, EXIT_FAILED, EXIT_USAGE, SHARD_OPTION, fail, guarded, load
+from .times import TimeParam
+
+# As in cli: what a command runs on is imported in its body, to keep --help fast.
+
+
+@click.command()
+@CONFIG_OPTION
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per shard, one per line.")
+def status(config_path: Path | None, as_json: bool) -> None:
+    """Where each shard stands: checkpoint, newest run, lag, pending runs, gaps.
+
+    The lag is in run ids (newest id minus the high-water mark) and in seconds
+    (the newest run's created_at minus the high-water run's). Reads only: a
+    state store that does not exist is reported, never created.
+    """
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..ops.operations import shard_statuses
+    from ..pipeline.checkpoint import CheckpointStore
+    from ..source.clock import SourceClock
+    from ..source.reader import Source
+
+    config = load(config_path)
+
+    def body() -> None:
+        store = CheckpointStore(config, create=False)
+        source = Source(config)
+        rows = shard_statuses(store, source, SourceClock(config.source.timezone))
+        if not rows:
+            fail(f"state store {store.describe()} holds no checkpoint yet")
+        if as_json:
+            for row in rows:
+                click.echo(json.dumps(row.as_dict(), sort_keys=True))
+            return
+        table = Table("shard", "high-water id", "newest id", "lag (runs)", "lag", "pending", "gaps", "saved", box=None)
+        for row in rows:
+            lag = "-" if row.lag_seconds is None else f"{row.lag_seconds:.0f}s"
+            saved = datetime.fromtimestamp(row.saved_at, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+            table.add_row(row.shard, str(row.high_water_id), str(row.newest_id), str(row.lag_runs), lag,
+                          str(row.pending_runs), str(row.gaps), f"{saved} ({time.time() - row.saved_at:.0f}s ago)")
+        # A table wraps at 80 columns in a pipe; give it room where no terminal says how wide.
+        console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+        console.print(table)
+        console.print(f"state store {rows[0].state_store}; source {source.describe()}")
+        for row in rows:
+            if row.ahead_runs:
+                console.print(f"[bold red]{row.shard}: the checkpoint is {row.ahead_runs} run ids ahead of the source[/]; "
+                              "`run-otel check` says how to recover")
+
+    guarded(body)
+
+
+@click.command()
+@CONFIG_OPTION
+@click.option("--to-id", type=click.IntRange(min=1), default=None, help="The next poll exports from this run id again.")
+@click.option("--since", type=TimeParam(), default=None, help="...from the first run created at this time (24h, 7d, or a date).")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--force", is_flag=True, help="Rewind even while another instance holds the HA lease.")
+@SHARD_OPTION
+def rewind(config_path: Path | None, to_id: int | None, since: datetime | None, yes: bool, force: bool, shard: str | None) -> None:
+    """Move the checkpoint back, so the next poll exports from there again.
+
+    Give --to-id N or --since T. Re-sent spans are byte-identical to the first
+    copies, so Jaeger and Tempo show each span once; a rewind forward skips the
+    ids in between. Stop the daemon first: rewind refuses while another
+    instance holds the state store or the HA lease, unless --force.
+    """
+    if (to_id is None) == (since is None):
+        raise click.UsageError("give exactly one of --to-id and --since")
+    from ..ops.operations import lease_holder
+    from ..pipeline.checkpoint import CheckpointStore
+    from ..pipeline.store_lock import store_lock
+    from ..source.reader import Source
+
+    config = load(config_path, shard)
+
+    def body() -> None:
+        source = Source(config)
+        holder = lease_holder(config, source)
+        if holder and not force:
+            fail(f"another instance (connection {holder}) holds the HA lease and would overwrite the checkpoint; stop it, or use --force")
+        store = CheckpointStore(config, create=False)
+        lock = store_lock(config)
+        if not lock.acquire() and not force:
+            fail(f"{lock.in_use()}, which would save its own checkpoint over this one; stop it first, or use --force")
+        try:
+            _rewind(config, store, source, to_id, since, yes)
+        finally:
+            lock.release()
+
+    guarded(body)
+
+
+def _rewind(config, store, source, to_id: int | None, since: datetime | None, yes: bool) -> None:
+    from ..ops.operations import rewind_line, rewound
+    from ..source.clock import SourceClock
+
+    current = store.load()
+    if current is None:
+        raise click.ClickException(f"no checkpoint for {store.name} in {store.describe()}: set poll.start_from instead")
+    if to_id is not None:
+        first_id = to_id
+    else:
+        assert since is not None  # exactly one of the two, checked above
+        first_id = source.first_id_created_at_or_after(SourceClock(config.source.timezone).naive(since))
+    if not yes and not click.confirm(
+        f"move {store.name} in {store.describe()} from high-water id {current.high_water} so the next poll "
+        f"exports from run id {first_id}?"
+    ):
+        fail("nothing changed", EXIT_FAILED)
+    store.save(rewound(current, first_id), time.time())
+    click.echo(rewind_line(store.name, current.high_water, first_id))
+
+
+@click.command("export")
+@CONFIG_OPTION
+@click.argument("run_ids", nargs=-1, required=True)
+@click.option("--incomplete", is_flag=True, help="Also send runs that are still PENDING or RUNNING, marked incomplete.")
+def export_command(config_path: Path | None, run_ids: tuple[str, ...], incomplete: bool) -> None:
+    """Send RUN_IDS now, whatever the checkpoint says; it is not moved.
+
+    A finished run is sent as the daemon would send it. A waiting run is
+    skipped unless --incomplete, which sends it as incomplete (ERROR).
+    """
+    from ..factory import build_poller
+    from ..ops.operations import export_run_ids
+
+    config = load(config_path)
+
+    def body() -> None:
+        outcome = export_run_ids(build_poller(config), run_ids, incomplete)
+        for run_id, trace in outcome.sent:
+            click.echo(f"sent {run_id} as trace {trace}")
+        for run_id in outcome.waiting:
+            click.echo(f"skipped {run_id}: not finished yet (use --incomplete to send it as incomplete)", err=True)
+        for run_id in outcome.unknown:
+            click.echo(f"no run with run_id {run_id!r}", err=True)
+        click.echo(f"{len(outcome.sent)} run(s), {outcome.spans} span(s) sent")
+        if outcome.unknown or not outcome.sent:
+            raise SystemExit(EXIT_FAILED)
+
+    guarded(body)
+
+
+@click.command("config")
+@click.option("--example", is_flag=True, required=True, help="Print the documented example: every key, its default and what it does.")
+def config_command(example: bool) -> None:
+    """Print the documented example config (every key with its default).
+
+    Start a deployment with: run-otel config --example > /etc/run-otel/run-otel.toml
+    """
+    from importlib.resources import files
+
+    click.echo(files("run_otel").joinpath("example.toml").read_text(encoding="utf-8"), nl=False)
+
+
+@click.command()
+@CONFIG_OPTION
+@click.option("--live", is_flag=True, help="Ask /healthz (the process is alive) instead of /readyz (the last poll succeeded).")
+def health(config_path: Path | None, live: bool) -> None:
+    """Probe the running daemon's /readyz on the configured metrics port.
+
+    Exit 0 when it answers 200 within 3 s, else 1 with the reason. It reads
+    metrics.host and metrics.port from the same config and RUN_OTEL_* variables
+    as the daemon, so a container HEALTHCHECK follows a changed port.
+    """
+    from ..ops.operations import probe, probe_url
+
+    config = load(config_path)
+    if not config.metrics.enabled:
+        fail("metrics.enabled is false, so nothing serves /readyz or /healthz", EXIT_USAGE)
+    url = probe_url(config.metrics.host, config.metrics.port, "/healthz" if live else "/readyz")
+    healthy, why = probe(url)
+    click.echo(f"{url}: {why}")
+    if not healthy:
+        sys.exit(EXIT_FAILED)
+
+
+COMMANDS = (status, rewind, export_command, config_command, health)

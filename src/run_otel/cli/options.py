@@ -1,0 +1,110 @@
+"""What every command shares: the --config and --shard options, loading the
+config once, and turning known failures into one line and an exit code."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+if TYPE_CHECKING:
+    from ..config import Config
+    from ..mapping.masking import Scrubber
+
+# Imports that pull in SQLAlchemy, gRPC or the SDK happen inside the functions that
+# need them, so `run-otel --help` starts in a fraction of the time a command takes.
+
+log = logging.getLogger("run_otel")
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+# Done and checkpointed, but some spans were rejected by the receiver or dropped as too large.
+EXIT_PARTIAL = 3
+
+CONFIG_OPTION = click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="RUN_OTEL_CONFIG",
+    help="TOML config file (env RUN_OTEL_CONFIG). `run-otel config --example` prints every key with "
+    "its default; RUN_OTEL_<SECTION>__<KEY> variables override it.",
+)
+
+
+def fail(message: str, code: int = EXIT_FAILED) -> None:
+    click.echo(f"run-otel: error: {message}", err=True)
+    sys.exit(code)
+
+
+def load(config_path: Path | None, shard: str | None = None, demo: bool = False) -> Config:
+    if not demo and not config_path and not os.environ.get("RUN_OTEL_SOURCE__URL"):
+        # The defaults point at the demo's SQLite files: never run against them by accident.
+        fail(
+            "no config: pass --config FILE or set RUN_OTEL_CONFIG (or RUN_OTEL_SOURCE__URL); "
+            "`run-otel config --example` prints one to start from, and `run-otel demo` needs none",
+            EXIT_USAGE,
+        )
+    from ..config import ConfigError, load_config, overridden_file_keys
+    from ..telemetry.logs import configure_logging
+
+    try:
+        config = load_config(config_path)
+        if shard:
+            config = replace(config, shard=_parse_shard(shard))
+        config.source_url()  # reads source.password_file now, so a bad path fails at start
+    except ConfigError as exc:
+        fail(f"config: {exc}", EXIT_USAGE)
+    except OSError as exc:
+        fail(f"config: source.password_file: {exc.strerror}: {exc.filename}", EXIT_USAGE)
+    configure_logging(config, scrubber=scrub_output(config))
+    for line in overridden_file_keys(config_path):
+        log.warning(line)
+    return config
+
+
+def scrub_output(config: Config) -> Scrubber:
+    """From here on every line the command prints, on stdout or stderr (click, rich,
+    tracebacks), passes the same masking as the logs: a receiver or database that
+    quotes a configured secret back cannot get it printed."""
+    from ..mapping.masking import ScrubbedStream, Scrubber
+
+    scrubber = Scrubber.for_config(config)
+    sys.stdout = ScrubbedStream(sys.stdout, scrubber)
+    sys.stderr = ScrubbedStream(sys.stderr, scrubber)
+    return scrubber
+
+
+def _parse_shard(text: str) -> tuple[int, int]:
+    index, sep, total = text.partition("/")
+    if not (sep and index.isdigit() and total.isdigit() and 0 <= int(index) < int(total)):
+        from ..config import ConfigError
+
+        raise ConfigError(f"--shard must be i/N with 0 <= i < N, got {text!r}")
+    return int(index), int(total)
+
+
+def guarded(action: Callable[[], None]) -> None:
+    """Runs a command body; known failures become one line and exit code 1."""
+    from ..config import ConfigError
+    from ..export.sinks import ExportError
+    from ..factory import MetricsPortError
+    from ..ops.lease import LeaseError
+    from ..pipeline.checkpoint import CheckpointError
+    from ..source.reader import SourceError
+
+    try:
+        action()
+    except ConfigError as exc:  # found only when a part is built, such as a driver that is not installed
+        fail(f"config: {exc}", EXIT_USAGE)
+    except (SourceError, ExportError, CheckpointError, LeaseError, MetricsPortError) as exc:
+        fail(str(exc))
+
+
+
+SHARD_OPTION = click.option("--shard", metavar="I/N", help="Only shard I of N (stable hash of run_id), with its own checkpoint.")

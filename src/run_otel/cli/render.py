@@ -1,0 +1,124 @@
+"""Span trees for the terminal, and links into Jaeger and Grafana/Tempo."""
+
+from __future__ import annotations
+
+import json
+from urllib.parse import quote
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.text import Text
+from rich.tree import Tree
+
+from ..config import Config
+from ..mapping import attributes as A
+from ..mapping.spans import STATUS_ERROR, MappedRun, SpanData
+from ..pipeline.poller import PollResult, Recorder
+from ..source.reader import Source
+from ..source.rows import is_terminal
+
+_ROOT_KEYS = (A.RUN_INTENT, A.RUN_STATUS, A.RUN_RELEASE_OUTCOME, A.RUN_TOTAL_TOKEN_COUNT, A.RUN_TOOL_SPANS_DROPPED)
+_TOOL_KEYS = (A.RAG_RETRIEVAL_LAYER, A.RAG_L0_MATCH_COUNT, A.RAG_L1_MATCH_COUNT, A.RAG_RELEVANCE_LEVEL, A.RAG_DEDUP_REASON)
+_SHORT = {
+    A.RUN_INTENT: "",
+    A.RUN_STATUS: "status=",
+    A.RUN_RELEASE_OUTCOME: "release=",
+    A.RUN_TOTAL_TOKEN_COUNT: "tokens=",
+    A.RUN_TOOL_SPANS_DROPPED: "dropped=",
+    A.RAG_RETRIEVAL_LAYER: "",
+    A.RAG_L0_MATCH_COUNT: "l0=",
+    A.RAG_L1_MATCH_COUNT: "l1=",
+    A.RAG_RELEVANCE_LEVEL: "",
+    A.RAG_DEDUP_REASON: "dedup=",
+}
+
+
+def duration_text(nanos: int) -> str:
+    if nanos >= 1_000_000_000:
+        return f"{nanos / 1e9:.1f} s"
+    return f"{nanos / 1e6:.0f} ms"
+
+
+def _label(span: SpanData, keys: tuple[str, ...]) -> Text:
+    attrs = span.attribute_map()
+    label = Text()
+    label.append(span.name, style="bold")
+    label.append(f"  {duration_text(span.end_ns - span.start_ns)}", style="cyan")
+    for key in keys:
+        if key in attrs:
+            label.append(f"  {_SHORT[key]}{attrs[key]}")
+    paths = attrs.get(A.RAG_EVIDENCE_PATHS)
+    if paths:
+        label.append("  evidence: " + " ".join(paths if isinstance(paths, tuple) else [str(paths)]), style="dim")
+    if span.status_code == STATUS_ERROR:
+        label.append(f"  ERROR {attrs.get(A.ERROR_TYPE, '')}", style="bold red")
+        if span.status_message:
+            label.append(f": {span.status_message[:80]}", style="red")
+    return label
+
+
+def span_tree(mapped: MappedRun) -> Tree:
+    tree = Tree(_label(mapped.root, _ROOT_KEYS))
+    for span in mapped.spans[1:]:
+        tree.add(_label(span, _TOOL_KEYS))
+    return tree
+
+
+def trace_links(config: Config, trace_id_hex: str) -> list[str]:
+    """Ready links for the trace in the configured UIs."""
+    links = []
+    if config.ui.jaeger_url:
+        links.append(f"{config.ui.jaeger_url.rstrip('/')}/trace/{trace_id_hex}")
+    if config.ui.tempo_url:
+        pane = {"t": {"datasource": "tempo", "queries": [{"refId": "A", "queryType": "traceql", "query": trace_id_hex}]}}
+        links.append(f"{config.ui.tempo_url.rstrip('/')}/explore?schemaVersion=1&panes={quote(json.dumps(pane, separators=(',', ':')))}")
+    if config.ui.phoenix_url:
+        # Phoenix's own redirect finds the trace's project: its URLs otherwise need the project's id.
+        links.append(f"{config.ui.phoenix_url.rstrip('/')}/redirects/traces/{trace_id_hex}")
+    return links
+
+
+# -- terminal output of the commands ------------------------------------------------
+
+
+def print_trace(console: Console, config: Config, source: Source, run_id: str) -> bool:
+    """Prints the span tree of ``run_id`` as it would be exported; False if unknown."""
+    row = source.run_by_run_id(run_id)
+    if row is None:
+        return False
+    from ..factory import build_mapper  # wiring imports the metrics; keep `show` light
+    from ..source.readings import read_run, read_tool
+
+    warnings: list[str] = []
+    run = read_run(row, warnings)
+    tools = [read_tool(tool, warnings) for tool in source.tools_for([run.run_id])[run.run_id]]
+    mapped = build_mapper(config).map_run(run, tools)
+    console.print(f"trace {mapped.root.trace_id.hex()}  ({run.run_id})")
+    if not is_terminal(run.status):
+        console.print(f"[yellow]not exported yet: status {run.status}; it will be once it finishes or times out[/]")
+    console.print(span_tree(mapped))
+    for warning in warnings + mapped.warnings:
+        console.print(f"[yellow]warning:[/] {warning}")
+    for link in trace_links(config, mapped.root.trace_id.hex()):
+        console.print(f"open: {link}")
+    return True
+
+
+class ProgressRecorder(Recorder):
+    def __init__(self, progress: Progress, task):
+        self._progress, self._task = progress, task
+
+    def runs_exported(self, result: PollResult, acked_at: float) -> None:
+        self._progress.advance(self._task, result.run_count)
+
+
+def progress_bar(console: Console) -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]}"),
+        TimeRemainingColumn(),
+        console=console,
+        transient=False,
+    )

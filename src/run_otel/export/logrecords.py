@@ -1,0 +1,94 @@
+"""OTLP log records: the GenAI conventions' events, sent to the endpoint's logs service.
+
+Events are moving from span events to log records; ``gen_ai.evaluation.result``
+goes out as one, tied to the run's trace and root span. Not every endpoint
+takes logs (Jaeger's does not by default), so this is off unless
+``feedback.log_records`` is set, and a refusal never holds back traces: it is
+logged once, counted as an unacknowledged batch, and the pass goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationScope, KeyValue
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeLogs
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+
+from .. import __version__
+from ..config import Config
+from ..mapping import attributes as A
+from .sinks import ExportError, GrpcSink, HttpSink, Sink
+
+log = logging.getLogger(__name__)
+
+
+# The logs service's reply (ExportLogsPartialSuccess) has the trace reply's field numbers and
+# types, so the span sinks' parsing reads its rejected count and message unchanged.
+class GrpcLogSink(GrpcSink):
+    METHOD = "/opentelemetry.proto.collector.logs.v1.LogsService/Export"
+
+    def describe(self) -> str:
+        return super().describe() + " (logs)"
+
+
+class HttpLogSink(HttpSink):
+    PATH = "/v1/logs"
+
+
+def build_log_sink(config: Config) -> GrpcLogSink | HttpLogSink:
+    if config.export.protocol == "http/protobuf":
+        return HttpLogSink(config)
+    return GrpcLogSink(config)
+
+
+def logs_request(records: Sequence[LogRecord], resource: Mapping[str, str]) -> bytes:
+    """One ExportLogsServiceRequest with the traces' resource and scope, serialized."""
+    return ExportLogsServiceRequest(
+        resource_logs=[
+            ResourceLogs(
+                resource=Resource(attributes=[KeyValue(key=k, value=AnyValue(string_value=v)) for k, v in resource.items()]),
+                scope_logs=[
+                    ScopeLogs(
+                        scope=InstrumentationScope(name=A.SCOPE_NAME, version=__version__),
+                        log_records=records,
+                        schema_url=A.SCHEMA_URL,
+                    )
+                ],
+            )
+        ]
+    ).SerializeToString()
+
+
+class LogRecordSender:
+    """Sends log records; a refusal is logged once per process and counted, never raised."""
+
+    def __init__(self, sink: Sink, resource: Mapping[str, str], on_failure: Callable[[], None] = lambda: None):
+        self._sink = sink
+        self._resource = dict(resource)
+        self._on_failure = on_failure
+        self._warned = False
+
+    def send(self, records: Sequence[LogRecord]) -> bool:
+        if not records:
+            return True
+        try:
+            self._sink.send(logs_request(records, self._resource))
+        except ExportError as exc:
+            self._on_failure()
+            if not self._warned:
+                self._warned = True
+                log.warning(
+                    "gen_ai.evaluation.result log records not accepted (%s); traces are not held back. "
+                    "If the endpoint takes no OTLP logs (Jaeger's does not by default), set feedback.log_records = false",
+                    exc,
+                )
+            else:
+                log.debug("log records not accepted: %s", exc)
+            return False
+        return True
+
+    def close(self) -> None:
+        self._sink.close()

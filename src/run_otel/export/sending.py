@@ -1,0 +1,152 @@
+"""A batch's spans into requests of at most ``export.max_request_bytes``, and what is
+done when a receiver still refuses one as too large.
+
+No run stops the pipeline: a run's spans may go out in several requests; a span too
+large for any request is cut (see :mod:`limits`). A request the receiver refuses for
+its size is never sent again unchanged: it is split in halves, down to single spans;
+a single span is cut to half its size, again and again; and only a span that is too
+large even without any attribute is dropped, with a WARNING naming its run and
+``run_otel_dropped_spans_total{reason="too_large"}``. The batch then goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from ..mapping.limits import cut_to
+from ..mapping.spans import SpanData
+from .encoding import FastEncoder
+from .sinks import Ack, Sink, TooLarge
+
+log = logging.getLogger(__name__)
+
+# gRPC's default receive limit, which the collector, Jaeger and most receivers keep.
+GRPC_DEFAULT_LIMIT = 4 * 1024 * 1024
+TOO_LARGE = "too_large"
+# A span's frame in the request: a tag and a length of up to 5 bytes.
+_FRAME = 6
+
+
+@dataclass
+class Sent:
+    rejected: int = 0  # spans the receiver rejected (partial_success)
+    dropped: int = 0  # spans run-otel gave up on
+
+
+@dataclass(frozen=True)
+class _Item:
+    run_id: str
+    span: SpanData
+    encoded: bytes
+
+
+class RequestSender:
+    def __init__(
+        self,
+        sink: Sink,
+        encoder: FastEncoder,
+        max_request_bytes: int,
+        list_length: int,
+        on_drop: Callable[[str, int], None],
+    ):
+        self._sink = sink
+        self._encoder = encoder
+        self._list_length = list_length
+        self._on_drop = on_drop
+        # The resource, scope and nesting around the spans, with room for their lengths to grow.
+        self._room = max_request_bytes - len(encoder.request([])) - 16
+        if max_request_bytes > GRPC_DEFAULT_LIMIT:
+            log.warning(
+                "export.max_request_bytes is %d, above the 4 MiB most receivers accept: a receiver that "
+                "refuses a request as too large makes run-otel split it and cut its spans",
+                max_request_bytes,
+            )
+
+    def send(self, runs: Iterable[tuple[str, list[SpanData]]]) -> Sent:
+        """Sends every run's spans; raises ExportError unless each request was acknowledged."""
+        sent = Sent()
+        batch: list[_Item] = []
+        size = 0
+        for run_id, spans in runs:
+            cut = 0
+            for span in spans:
+                fitted = cut_to(span, self._room - _FRAME, self._encoder.span, self._list_length)
+                if fitted is None:
+                    self._drop(_Item(run_id, span, b""), sent, "even its name and status exceed export.max_request_bytes")
+                    continue
+                cut += fitted[0] is not span
+                item = _Item(run_id, *fitted)
+                if batch and size + len(item.encoded) + _FRAME > self._room:
+                    self._send(batch, sent)
+                    batch, size = [], 0
+                batch.append(item)
+                size += len(item.encoded) + _FRAME
+            if cut:
+                log.warning(
+                    "run %s: %d of its %d spans were cut to fit export.max_request_bytes; %s on each names what was removed",
+                    run_id, cut, len(spans), "run_otel.attributes.cut",
+                )
+        if batch:
+            self._send(batch, sent)
+        return sent
+
+    def _send(self, items: list[_Item], sent: Sent, split: bool = False) -> None:
+        request = self._encoder.request([item.encoded for item in items])
+        try:
+            ack = self._sink.send(request)
+        except TooLarge as exc:
+            if len(items) == 1:
+                self._shrink(items[0], sent, str(exc))
+                return
+            if not split:  # said once per request, not at every halving
+                log.warning(
+                    "the receiver refused a request of %d bytes and %d spans as too large (%s); sending it in smaller "
+                    "requests: set export.max_request_bytes below the receiver's limit",
+                    len(request), len(items), exc,
+                )
+            half = len(items) // 2
+            self._send(items[:half], sent, split=True)
+            self._send(items[half:], sent, split=True)
+            return
+        self._note(ack, len(items))
+        sent.rejected += ack.rejected_spans
+
+    def _shrink(self, item: _Item, sent: Sent, why: str) -> None:
+        """One span the receiver refused: cut to half its size until it is accepted, or dropped."""
+        budget = len(item.encoded) // 2
+        while True:
+            fitted = cut_to(item.span, budget, self._encoder.span, self._list_length)
+            if fitted is None:
+                self._drop(item, sent, f"the receiver refused it as too large even without its attributes ({why})")
+                return
+            span, encoded = fitted
+            try:
+                ack = self._sink.send(self._encoder.request([encoded]))
+            except TooLarge:
+                budget = len(encoded) // 2
+                continue
+            log.warning(
+                "run %s: span %s (%s) cut from %d to %d bytes: the receiver refused it as too large",
+                item.run_id, item.span.span_id.hex(), item.span.name, len(item.encoded), len(encoded),
+            )
+            self._note(ack, 1)
+            sent.rejected += ack.rejected_spans
+            return
+
+    def _drop(self, item: _Item, sent: Sent, why: str) -> None:
+        log.warning(
+            "run %s: dropped span %s (%s): %s; the export goes on without it",
+            item.run_id, item.span.span_id.hex(), item.span.name, why,
+        )
+        sent.dropped += 1
+        self._on_drop(TOO_LARGE, 1)
+
+    @staticmethod
+    def _note(ack: Ack, count: int) -> None:
+        if ack.rejected_spans:
+            log.warning("receiver rejected %d of %d spans: %s", ack.rejected_spans, count, ack.message or "no reason given")
+        elif ack.message:
+            # A partial_success with nothing rejected is the receiver's warning: say it, do not count it.
+            log.warning("receiver accepted all %d spans with a warning: %s", count, ack.message)

@@ -1,0 +1,282 @@
+"""OTLP sinks: gRPC, HTTP/protobuf, and an OTLP-JSON file for the demo.
+
+Each ``send`` takes a serialized ExportTraceServiceRequest and returns an
+:class:`Ack` only when the receiver accepted it; anything else raises
+:class:`ExportError`. The checkpoint advances on
+that answer alone, so unlike a BatchSpanProcessor a failure is never silent.
+
+The SDK's span exporters take ``ReadableSpan`` objects and drop the receiver's
+``partial_success``; run-otel already holds encoded requests and must count
+rejected spans, so it sends with the generated gRPC stub and ``requests``
+directly, and honours the same ``OTEL_EXPORTER_OTLP_*`` settings through config.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import logging
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+from urllib.parse import urlparse
+
+import grpc
+import requests
+from google.protobuf import json_format
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+
+from ..config import Config
+
+log = logging.getLogger(__name__)
+
+_RETRYABLE_GRPC = {
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+    grpc.StatusCode.ABORTED,
+    grpc.StatusCode.CANCELLED,
+}
+_RETRYABLE_HTTP = {429, 502, 503, 504}
+
+
+class ExportError(RuntimeError):
+    """The receiver did not acknowledge the request; the checkpoint must not move."""
+
+
+class TooLarge(ExportError):
+    """The receiver refused the request for its size (gRPC "larger than max", HTTP 413):
+    sent again as it is, it would be refused forever, so it is never retried unchanged."""
+
+
+def _too_large(code: grpc.StatusCode, details: str | None) -> bool:
+    # RESOURCE_EXHAUSTED is also a receiver's back-pressure (a memory limiter), which is retried.
+    return code == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in (details or "").lower()
+
+
+@dataclass(frozen=True)
+class Ack:
+    rejected_spans: int = 0
+    message: str = ""
+
+
+class Sink(Protocol):
+    def send(self, request: bytes) -> Ack: ...
+
+    def close(self) -> None: ...
+
+
+# A receiver's own retry delay (gRPC RetryInfo, HTTP Retry-After) is honoured up to this.
+MAX_SERVER_DELAY = 30.0
+
+
+def _with_retries(attempt, attempts: int, describe: str, rng: random.Random | None = None) -> Ack:
+    """Runs ``attempt`` until it acks, a non-retryable error, or ``attempts`` run out.
+
+    Waits the delay the receiver asked for when it gave one, else exponential
+    backoff from 0.5 s with +-20% jitter, so many senders do not retry in step.
+    """
+    rng = rng or random.Random()
+    backoff = 0.5
+    for number in range(1, attempts + 1):
+        try:
+            return attempt()
+        except _Retryable as exc:
+            if number == attempts:
+                raise ExportError(f"{describe}: {exc} (after {attempts} attempts)") from None
+            if exc.after is not None:
+                delay, why = min(exc.after, MAX_SERVER_DELAY), "as the receiver asked"
+            else:
+                delay, why = backoff * rng.uniform(0.8, 1.2), "backoff"
+            log.warning("export to %s failed (%s); retrying in %.1fs (%s)", describe, exc, delay, why)
+            time.sleep(delay)
+            backoff = min(backoff * 2, 8.0)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+class _Retryable(Exception):
+    def __init__(self, reason: str, after: float | None = None):
+        super().__init__(reason)
+        self.after = after
+
+
+def grpc_retry_delay(error: grpc.RpcError) -> float | None:
+    """The delay in a google.rpc.RetryInfo detail of the call's status, if any."""
+    from google.rpc import error_details_pb2, status_pb2
+
+    trailers = error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
+    for key, value in trailers or ():
+        if key != "grpc-status-details-bin":
+            continue
+        status = status_pb2.Status.FromString(value)
+        for detail in status.details:
+            if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+                info = error_details_pb2.RetryInfo()
+                detail.Unpack(info)
+                return info.retry_delay.seconds + info.retry_delay.nanos / 1e9
+    return None
+
+
+def http_retry_delay(header: str | None) -> float | None:
+    """Retry-After in seconds, or as an HTTP date."""
+    if not header:
+        return None
+    try:
+        return max(float(header), 0.0)
+    except ValueError:
+        from email.utils import parsedate_to_datetime
+
+        try:
+            return max(parsedate_to_datetime(header).timestamp() - time.time(), 0.0)
+        except (TypeError, ValueError):
+            return None
+
+
+def _ack_from(response: ExportTraceServiceResponse) -> Ack:
+    partial = response.partial_success
+    return Ack(rejected_spans=partial.rejected_spans, message=partial.error_message)
+
+
+class GrpcSink:
+    # A subclass sends another signal's requests (logrecords.py).
+    METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+
+    def __init__(self, config: Config):
+        endpoint = config.export_endpoint()
+        parsed = urlparse(endpoint if "://" in endpoint else f"//{endpoint}")
+        self._target = parsed.netloc or endpoint
+        secure = parsed.scheme == "https" or (parsed.scheme == "" and not config.export.insecure)
+        options = [("grpc.max_send_message_length", 64 * 1024 * 1024)]
+        self._channel = (
+            grpc.secure_channel(self._target, grpc.ssl_channel_credentials(), options=options)
+            if secure
+            else grpc.insecure_channel(self._target, options=options)
+        )
+        # The request is already serialized: send its bytes as they are.
+        self._export = self._channel.unary_unary(
+            self.METHOD,
+            request_serializer=None,
+            response_deserializer=ExportTraceServiceResponse.FromString,
+        )
+        self._metadata = tuple((k.lower(), v) for k, v in config.export.headers.items())
+        self._timeout = config.export.timeout_seconds
+        self._attempts = config.export.max_attempts
+        self._compression = grpc.Compression.Gzip if config.export.compression == "gzip" else grpc.Compression.NoCompression
+
+    def describe(self) -> str:
+        return f"OTLP/gRPC {self._target}"
+
+    def send(self, request: bytes) -> Ack:
+        return _with_retries(lambda: self._send_once(request), self._attempts, self.describe())
+
+    def _send_once(self, request: bytes) -> Ack:
+        try:
+            response = self._export(
+                request, timeout=self._timeout, metadata=self._metadata, compression=self._compression
+            )
+        except grpc.RpcError as exc:
+            reason = f"{exc.code().name}: {exc.details()}"
+            if _too_large(exc.code(), exc.details()):
+                raise TooLarge(f"{self.describe()}: {reason}") from None
+            if exc.code() in _RETRYABLE_GRPC:
+                raise _Retryable(reason, grpc_retry_delay(exc)) from None
+            raise ExportError(f"{self.describe()}: {reason}") from None
+        return _ack_from(response)
+
+    def close(self) -> None:
+        self._channel.close()
+
+
+class HttpSink:
+    PATH = "/v1/traces"
+
+    def __init__(self, config: Config):
+        endpoint = config.export_endpoint().rstrip("/").removesuffix("/v1/traces")
+        self._url = f"{endpoint}{self.PATH}"
+        self._session = requests.Session()
+        self._headers = {"Content-Type": "application/x-protobuf", **config.export.headers}
+        self._gzip = config.export.compression == "gzip"
+        if self._gzip:
+            self._headers["Content-Encoding"] = "gzip"
+        self._timeout = config.export.timeout_seconds
+        self._attempts = config.export.max_attempts
+
+    def describe(self) -> str:
+        return f"OTLP/HTTP {self._url}"
+
+    def send(self, request: bytes) -> Ack:
+        body = request
+        if self._gzip:
+            body = gzip.compress(body, mtime=0)
+        return _with_retries(lambda: self._send_once(body), self._attempts, self.describe())
+
+    def _send_once(self, body: bytes) -> Ack:
+        try:
+            response = self._session.post(self._url, data=body, headers=self._headers, timeout=self._timeout)
+        except requests.RequestException as exc:
+            raise _Retryable(type(exc).__name__) from None
+        if response.status_code == 413:
+            raise TooLarge(f"{self.describe()}: HTTP 413 {response.text[:200]}")
+        if response.status_code in _RETRYABLE_HTTP:
+            raise _Retryable(f"HTTP {response.status_code}", http_retry_delay(response.headers.get("Retry-After")))
+        if response.status_code != 200:
+            raise ExportError(f"{self.describe()}: HTTP {response.status_code} {response.text[:200]}")
+        parsed = ExportTraceServiceResponse()
+        if response.content and response.headers.get("Content-Type", "").startswith("application/x-protobuf"):
+            parsed.ParseFromString(response.content)
+        return _ack_from(parsed)
+
+    def close(self) -> None:
+        self._session.close()
+
+
+class JsonFileSink:
+    """Appends each request as one line of OTLP JSON (hex ids, integer enums).
+
+    This is the OTLP/HTTP JSON encoding: the protobuf JSON mapping, except that
+    trace and span ids are hex strings, as the OTLP specification requires.
+    The collector's ``otlpjsonfile`` receiver reads it back.
+    """
+
+    def __init__(self, path: Path):
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh = path.open("ab")
+
+    def describe(self) -> str:
+        return f"OTLP-JSON file {self.path}"
+
+    def send(self, request: bytes) -> Ack:
+        self._fh.write(otlp_json(ExportTraceServiceRequest.FromString(request)).encode("utf-8") + b"\n")
+        self._fh.flush()
+        return Ack()
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+_ID_FIELDS = ("traceId", "spanId", "parentSpanId")
+
+
+def otlp_json(request: ExportTraceServiceRequest) -> str:
+    """The request in OTLP JSON: proto3 JSON with hex-encoded ids."""
+    doc = json_format.MessageToDict(request, use_integers_for_enums=True)
+    for resource_spans in doc.get("resourceSpans", []):
+        for scope_spans in resource_spans.get("scopeSpans", []):
+            for span in scope_spans.get("spans", []):
+                for key in _ID_FIELDS:
+                    if key in span:
+                        span[key] = base64.b64decode(span[key]).hex()
+    return json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
+
+
+def build_sink(config: Config) -> GrpcSink | HttpSink:
+    if config.export.protocol == "http/protobuf":
+        return HttpSink(config)
+    return GrpcSink(config)

@@ -1,0 +1,1 @@
+"""The dashboards and alert rules, generated from the metric catalogue."""

@@ -1,0 +1,181 @@
+"""The parts the three dashboards share: datasource and label variables, panels with a
+description, units and thresholds, and the links between dashboards and to traces.
+
+The conventions are those of the monitoring mixins and Grafana's dashboard-linter; the
+tests in ``tests/test_dashboard_lint.py`` hold the generated JSON to them.
+"""
+
+from __future__ import annotations
+
+import json
+from urllib.parse import quote
+
+from grafana_foundation_sdk.builders import prometheus, stat, timeseries
+from grafana_foundation_sdk.builders.common import StackingConfig
+from grafana_foundation_sdk.builders.dashboard import (
+    Dashboard,
+    DashboardLink,
+    DatasourceVariable,
+    QueryVariable,
+    ThresholdsConfig,
+)
+from grafana_foundation_sdk.models.common import StackingMode
+from grafana_foundation_sdk.models.dashboard import (
+    DashboardCursorSync,
+    DashboardLinkType,
+    DataSourceRef,
+    Threshold,
+    ThresholdsMode,
+    VariableOption,
+    VariableRefresh,
+)
+
+from ..telemetry import instruments as I
+
+PROMETHEUS = DataSourceRef(type_val="prometheus", uid="${prometheus_datasource}")
+SERVICE = "diagnosis-agent"
+RATE = "$__rate_interval"
+JOB = 'job=~"$job"'
+INSTANCE = 'instance=~"$instance"'
+SHARD = 'shard=~"$shard"'
+GREEN, YELLOW, RED, BLUE = "green", "yellow", "red", "blue"
+EXEMPLAR_NOTE = "Each dot is an exemplar: one run (or tool call) in that bucket; click it to open the trace."
+
+
+def selector(*matchers: str) -> str:
+    return "{" + ", ".join(matchers) + "}"
+
+
+def eq(label: str, value: str) -> str:
+    """An equality matcher: a single value never needs a regex."""
+    return f'{label}="{value}"'
+
+
+def query(expr: str, legend: str = "") -> prometheus.Dataquery:
+    built = prometheus.Dataquery().expr(expr).datasource(PROMETHEUS).ref_id("A")
+    return built.legend_format(legend) if legend else built
+
+
+def thresholds(*steps: tuple[float, str], base: str = GREEN) -> ThresholdsConfig:
+    """Absolute steps above a base colour: a stat turns yellow or red when its value does."""
+    return (
+        ThresholdsConfig()
+        .mode(ThresholdsMode.ABSOLUTE)
+        .steps([Threshold(None, base), *(Threshold(value, colour) for value, colour in steps)])
+    )
+
+
+def panel(title: str, unit: str, description: str, *queries: prometheus.Dataquery, width: int = 12) -> timeseries.Panel:
+    built = timeseries.Panel().title(title).unit(unit).description(description).datasource(PROMETHEUS).height(8).span(width)
+    for index, one in enumerate(queries):
+        built = built.with_target(one.ref_id(chr(ord("A") + index)))
+    return built
+
+
+def stacked(title: str, description: str, *queries: prometheus.Dataquery, width: int = 12) -> timeseries.Panel:
+    """Shares that add up to 1, stacked: the layer or level mix at each moment."""
+    return (
+        panel(title, "percentunit", description, *queries, width=width)
+        .stacking(StackingConfig().mode(StackingMode.NORMAL))
+        .fill_opacity(60)
+        .min(0)
+        .max(1)
+    )
+
+
+def stat_panel(title: str, unit: str, description: str, one: prometheus.Dataquery, steps: ThresholdsConfig) -> stat.Panel:
+    return (
+        stat.Panel()
+        .title(title)
+        .unit(unit)
+        .description(description)
+        .datasource(PROMETHEUS)
+        .height(4)
+        .span(6)
+        .thresholds(steps)
+        .with_target(one)
+    )
+
+
+def explore(datasource: str, search: dict) -> str:
+    """A link to Explore for the dashboard's own time range."""
+    pane = {"a": {"datasource": datasource, "queries": [{"refId": "A", **search}], "range": {"from": "${__from}", "to": "${__to}"}}}
+    return "/explore?schemaVersion=1&panes=" + quote(json.dumps(pane, separators=(",", ":")), safe="${}_")
+
+
+def failed_run_links() -> list:
+    """Links from run panels to the failed runs' traces, in Tempo and in Jaeger."""
+    traceql = f'{{ resource.service.name = "{SERVICE}" && span.diagnosis.run.status = "FAILED" }}'
+    return [
+        DashboardLink("Failed runs in Tempo (TraceQL)")
+        .type(DashboardLinkType.LINK)
+        .url(explore("${tempo_datasource}", {"queryType": "traceql", "query": traceql}))
+        .target_blank(True),
+        DashboardLink("Failed runs in Jaeger")
+        .type(DashboardLinkType.LINK)
+        .url(explore("jaeger", {"queryType": "search", "service": SERVICE, "tags": "diagnosis.run.status=FAILED"}))
+        .target_blank(True),
+    ]
+
+
+def trace_search_links() -> list:
+    """The agent's traces in the dashboard's time range, in Tempo and in Jaeger."""
+    traceql = f'{{ resource.service.name = "{SERVICE}" }}'
+    return [
+        DashboardLink("Traces in this window (Tempo)")
+        .type(DashboardLinkType.LINK)
+        .url(explore("${tempo_datasource}", {"queryType": "traceql", "query": traceql}))
+        .target_blank(True),
+        DashboardLink("Traces in this window (Jaeger)")
+        .type(DashboardLinkType.LINK)
+        .url(explore("jaeger", {"queryType": "search", "service": SERVICE}))
+        .target_blank(True),
+    ]
+
+
+def dashboard_link(title: str, uid: str) -> DashboardLink:
+    """Another run-otel dashboard, with the same time range and variables."""
+    return DashboardLink(title).type(DashboardLinkType.LINK).url(f"/d/{uid}").keep_time(True).include_vars(True)
+
+
+def label_variable(name: str, metric: str) -> QueryVariable:
+    """A multi-select label variable, All meaning any value, reloaded with the time range."""
+    return (
+        QueryVariable(name)
+        .label(name.title())
+        .datasource(PROMETHEUS)
+        .query(f"label_values({metric}, {name})")
+        .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .multi(True)
+        .include_all(True)
+        .all_value(".+")
+    )
+
+
+def base(uid: str, title: str, description: str, links: list) -> Dashboard:
+    """Provisioned read-only, with a shared crosshair, and the job variable every query selects on."""
+    return (
+        Dashboard(title)
+        .uid(uid)
+        .description(description)
+        .tags(["run-otel", "diagnosis-agent"])
+        .refresh("30s")
+        .time("now-6h", "now")
+        .timezone("browser")
+        .readonly()
+        .tooltip(DashboardCursorSync.CROSSHAIR)
+        .links(links)
+        .with_variable(DatasourceVariable("prometheus_datasource").label("Prometheus data source").type("prometheus"))
+        .with_variable(DatasourceVariable("tempo_datasource").label("Tempo data source").type("tempo"))
+        .with_variable(job_variable())
+    )
+
+
+def job_variable() -> QueryVariable:
+    """The jobs that scrape a run-otel, the shipped scrape config's by default: All would also count
+    every other job's up series."""
+    return label_variable("job", I.START_TIME.prometheus).current(VariableOption(text=I.JOB, value=I.JOB, selected=True))
+
+
+def run_metric_variable() -> QueryVariable:
+    return label_variable("intent", I.RUNS.prometheus).query(f"label_values({I.RUNS.prometheus}{{{JOB}}}, intent)")

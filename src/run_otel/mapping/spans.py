@@ -1,0 +1,367 @@
+"""Rows to spans: a pure function of a run, its tool rows and the config.
+
+No I/O and no clock: the same rows always give the same spans, which is what
+makes an at-least-once re-export byte-identical (SPEC section 1).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from opentelemetry.proto.trace.v1.trace_pb2 import Status
+
+from ..config import Config
+from ..source.clock import SourceClock
+from ..source.evidence import Evidence, summarize
+from ..source.rows import RELEVANCE_LEVELS, RETRIEVAL_LAYERS, RunRow, ToolRow
+from . import attributes as A
+from .content import ContentPolicy
+from .documents import openinference_documents, retrieval_documents
+from .limits import AttributeLimits
+from .memo import Memo
+
+AttrValue = str | bool | int | float | tuple[str, ...]
+# A span event: name, time, attributes.
+Event = tuple[str, int, tuple[tuple[str, AttrValue], ...]]
+
+# OTLP's own status codes (UNSET 0, OK 1, ERROR 2).
+STATUS_UNSET = Status.STATUS_CODE_UNSET
+STATUS_OK = Status.STATUS_CODE_OK
+STATUS_ERROR = Status.STATUS_CODE_ERROR
+
+# How each outcome shows in a trace list: (status, error.type, description). Jaeger's list marks
+# only errors, so the outcomes where the user did not get the agent's own answer are errors, each
+# with its own error.type; an unknown status stays UNSET, and the poller logs it once per value.
+_OUTCOMES = {
+    "SUCCESS": (STATUS_OK, None, ""),
+    "FAILED": (STATUS_ERROR, A.ERROR_RUN_FAILED, "run failed"),
+    "FALLBACK": (STATUS_ERROR, A.ERROR_RUN_FALLBACK, "run fell back"),
+    "CANCELLED": (STATUS_ERROR, A.ERROR_RUN_CANCELLED, "run was cancelled"),
+}
+_INCOMPLETE = (STATUS_ERROR, A.ERROR_RUN_INCOMPLETE, "run did not finish in time")
+
+_UUID_RUN_ID = re.compile(
+    r"run-([0-9a-fA-F]{8})-([0-9a-fA-F]{4})-([0-9a-fA-F]{4})-([0-9a-fA-F]{4})-([0-9a-fA-F]{12})"
+)
+_NS_PER_MS = 1_000_000
+# A duration beyond a day is a broken row, not a slow call: treat it as absent
+# so one bad value does not stretch a trace over weeks.
+MAX_DURATION_MS = 86_400_000
+# Longer error messages are redacted every time rather than held as memo keys.
+_MEMO_MAX_CHARS = 1024
+
+
+class SpanData(NamedTuple):
+    trace_id: bytes
+    span_id: bytes
+    parent_span_id: bytes
+    name: str
+    start_ns: int
+    end_ns: int
+    attributes: tuple[tuple[str, AttrValue], ...]
+    status_code: int = STATUS_UNSET
+    status_message: str = ""
+    # Attributes removed to fit the limits (OTLP's own count; see limits.py).
+    dropped_attributes_count: int = 0
+    events: tuple[Event, ...] = ()
+
+    def attribute_map(self) -> dict[str, AttrValue]:
+        return dict(self.attributes)
+
+
+@dataclass(frozen=True)
+class MappedRun:
+    """A run's spans, root first, and the warnings its rows raised."""
+
+    spans: list[SpanData]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def root(self) -> SpanData:
+        return self.spans[0]
+
+
+def _nonzero(digest: bytes, size: int) -> bytes:
+    """The first non-zero ``size``-byte window of ``digest`` (OTLP forbids all-zero ids)."""
+    for offset in range(0, len(digest) - size + 1, size):
+        chunk = digest[offset : offset + size]
+        if any(chunk):
+            return chunk
+    return _nonzero(hashlib.sha256(digest).digest(), size)  # pragma: no cover - 2^-128 odds
+
+
+def trace_id_for(run_id: str) -> bytes:
+    """The UUID's 128 bits for ``run-<uuid>``, else SHA-256 of ``diagnosis_run:<run_id>``."""
+    match = _UUID_RUN_ID.fullmatch(run_id)
+    if match:
+        uuid_bytes = bytes.fromhex("".join(match.groups()))
+        if any(uuid_bytes):
+            return uuid_bytes
+    return _nonzero(hashlib.sha256(f"diagnosis_run:{run_id}".encode()).digest(), 16)
+
+
+def root_span_id_for(run_id: str) -> bytes:
+    return _nonzero(hashlib.sha256(f"run:{run_id}".encode()).digest(), 8)
+
+
+def tool_span_id_for(run_id: str, tool_id: int) -> bytes:
+    return _nonzero(hashlib.sha256(f"tool_invocation:{run_id}:{tool_id}".encode()).digest(), 8)
+
+
+def shard_of(run_id: str, shards: int) -> int:
+    """A stable shard number for ``run_id``, the same in every process and release."""
+    digest = hashlib.sha256(f"shard:{run_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") % shards
+
+
+class Mapper:
+    """Maps rows to spans under one config. Build once; ``map_run`` is pure."""
+
+    def __init__(self, config: Config, clock: SourceClock | None = None, content: ContentPolicy | None = None):
+        self._clock = clock or SourceClock(config.source.timezone)
+        self._epoch_ns = self._clock.epoch_ns
+        self._agent_name = config.trace.agent_name
+        self._provider = config.trace.provider_name
+        self._openinference = "openinference" in config.trace.conventions
+        self._anchor_start = config.trace.tool_time_anchor == "start"
+        self._cap = config.trace.max_spans_per_trace
+        self._limits = AttributeLimits.from_config(config.trace)
+        self._content = content or ContentPolicy.build(config.content, config.trace.conventions)
+        # Error messages repeat (the same timeout across thousands of calls): redact each once.
+        self._error_texts = Memo(self._content.error_text, 1024)
+
+    # -- the run ------------------------------------------------------------
+
+    def map_run(self, run: RunRow, tools: Sequence[ToolRow], incomplete: bool = False) -> MappedRun:
+        warnings: list[str] = []
+        trace_id = trace_id_for(run.run_id)
+        root_id = root_span_id_for(run.run_id)
+        kept = tools[: self._cap]
+        fallback_ns = self._run_start_ns(run, warnings)
+        children = [self._tool_span(run, tool, trace_id, root_id, fallback_ns, warnings) for tool in kept]
+        start_ns, end_ns = self._run_bounds(run, fallback_ns, children, warnings)
+        root = SpanData(
+            trace_id=trace_id,
+            span_id=root_id,
+            parent_span_id=b"",
+            name=f"{A.OPERATION_INVOKE_AGENT} {self._agent_name}",
+            start_ns=start_ns,
+            end_ns=end_ns,
+            attributes=self._run_attributes(run, incomplete, len(tools) - len(kept)),
+            **self._run_status(run, incomplete, end_ns),
+        )
+        limit = self._limits.apply
+        return MappedRun([limit(root), *(limit(child) for child in children)], warnings)
+
+    def _run_start_ns(self, run: RunRow, warnings: list[str]) -> int:
+        start = self._epoch_ns(run.created_at)
+        if start is None:
+            warnings.append("diagnosis_run.created_at is not a valid date")
+            start = self._epoch_ns(run.updated_at)
+        return start if start is not None else 0
+
+    def _run_bounds(
+        self, run: RunRow, start_ns: int, children: list[SpanData], warnings: list[str]
+    ) -> tuple[int, int]:
+        duration = _valid_duration(run.total_duration_ms, warnings, "diagnosis_run", None, "total_duration_ms")
+        if duration is not None:
+            end_ns = start_ns + duration * _NS_PER_MS
+        else:
+            updated = self._epoch_ns(run.updated_at)
+            end_ns = updated if updated is not None else start_ns
+            if end_ns < start_ns:
+                warnings.append("diagnosis_run.updated_at is before created_at")
+                end_ns = start_ns
+        if children:
+            start_ns = min(start_ns, *(c.start_ns for c in children))
+            end_ns = max(end_ns, *(c.end_ns for c in children))
+        return start_ns, end_ns
+
+    @staticmethod
+    def _run_status(run: RunRow, incomplete: bool, end_ns: int) -> dict[str, Any]:
+        code, _error_type, message = _INCOMPLETE if incomplete else _OUTCOMES.get(run.status or "", (STATUS_UNSET, None, ""))
+        status: dict[str, Any] = {"status_code": code, "status_message": message}
+        if run.status == "FAILED" and not incomplete:
+            status["events"] = (exception_event(A.ERROR_RUN_FAILED, message, end_ns),)
+        return status
+
+    def _run_attributes(self, run: RunRow, incomplete: bool, dropped: int) -> tuple:
+        attrs: list[tuple[str, AttrValue]] = [
+            (A.GEN_AI_OPERATION_NAME, A.OPERATION_INVOKE_AGENT),
+            (A.GEN_AI_AGENT_NAME, self._agent_name),
+        ]
+        if self._provider:
+            attrs.append((A.GEN_AI_PROVIDER_NAME, self._provider))
+        _put(attrs, A.GEN_AI_CONVERSATION_ID, run.session_id)
+        _put(attrs, A.SESSION_ID, run.session_id)
+        attrs.append((A.RUN_ID, run.run_id))
+        for key, value in (
+            (A.RUN_STATUS, run.status),
+            (A.RUN_INTENT, run.intent),
+            (A.RUN_RELEASE_OUTCOME, run.release_outcome),
+            (A.RUN_AGENT_FLOW, run.agent_flow),
+            (A.RUN_FEEDBACK, run.feedback),
+            (A.RUN_STEP_COUNT, run.step_count),
+            (A.RUN_TOOL_CALL_COUNT, run.tool_call_count),
+            (A.RUN_TOTAL_TOKEN_COUNT, run.total_token_count),
+            (A.RUN_DURATION_MS, run.total_duration_ms),
+        ):
+            if value is not None:
+                attrs.append((key, value))
+        error_type = None if incomplete else _OUTCOMES.get(run.status or "", (0, None, ""))[1]
+        _put(attrs, A.ERROR_TYPE, error_type)
+        if incomplete:
+            attrs.append((A.ERROR_TYPE, A.ERROR_RUN_INCOMPLETE))
+            attrs.append((A.RUN_INCOMPLETE, True))
+        if dropped > 0:
+            attrs.append((A.RUN_TOOL_SPAN_LIMIT, self._cap))
+            attrs.append((A.RUN_TOOL_SPANS_DROPPED, dropped))
+        if self._openinference:
+            attrs.append((A.OPENINFERENCE_SPAN_KIND, A.OI_KIND_AGENT))
+        attrs.extend(self._content.run_attributes(run.query, run.answer, run.published_result))
+        return tuple(attrs)
+
+    # -- a tool invocation ----------------------------------------------------
+
+    def _tool_span(
+        self,
+        run: RunRow,
+        tool: ToolRow,
+        trace_id: bytes,
+        root_id: bytes,
+        fallback_ns: int,
+        warnings: list[str],
+    ) -> SpanData:
+        at_ns = self._epoch_ns(tool.created_at)
+        if at_ns is None:
+            warnings.append(f"tool_invocation {tool.id}: created_at is not a valid date")
+            at_ns = fallback_ns
+        duration = _valid_duration(tool.duration_ms, warnings, "tool_invocation", tool.id, "duration_ms")
+        length_ns = (duration or 0) * _NS_PER_MS
+        start_ns, end_ns = (at_ns, at_ns + length_ns) if self._anchor_start else (at_ns - length_ns, at_ns)
+        status: dict[str, Any] = {}
+        if tool.success is False:
+            message = self._error_text(tool.error_message)
+            event = exception_event(A.ERROR_TOOL, message, end_ns)
+            status = {"status_code": STATUS_ERROR, "status_message": message, "events": (event,)}
+        return SpanData(
+            trace_id=trace_id,
+            span_id=tool_span_id_for(run.run_id, tool.id),
+            parent_span_id=root_id,
+            # A RAG lookup is the conventions' retrieval operation; Jaeger's UI classifies it as one.
+            name=f"{A.OPERATION_RETRIEVAL if tool.retrieval_layer is not None else A.OPERATION_EXECUTE_TOOL} {tool.tool_name}",
+            start_ns=start_ns,
+            end_ns=end_ns,
+            attributes=self._tool_attributes(run, tool, duration, warnings),
+            **status,
+        )
+
+    def _error_text(self, message: str | None) -> str:
+        if message is not None and len(message) <= _MEMO_MAX_CHARS:
+            return self._error_texts(message)
+        return self._content.error_text(message)
+
+    def _tool_attributes(self, run: RunRow, tool: ToolRow, duration_ms: int | None, warnings: list[str]) -> tuple:
+        operation = A.OPERATION_RETRIEVAL if tool.retrieval_layer is not None else A.OPERATION_EXECUTE_TOOL
+        attrs: list[tuple[str, AttrValue]] = [(A.GEN_AI_OPERATION_NAME, operation)]
+        _put(attrs, A.GEN_AI_TOOL_NAME, tool.tool_name)
+        attrs.append((A.GEN_AI_TOOL_CALL_ID, str(tool.id)))
+        tool_type = A.TOOL_TYPE_DATASTORE if tool.retrieval_layer is not None else A.TOOL_TYPE_FUNCTION
+        attrs.append((A.GEN_AI_TOOL_TYPE, tool_type))
+        _put(attrs, A.GEN_AI_CONVERSATION_ID, run.session_id)
+        attrs.append((A.RUN_ID, run.run_id))
+        _put(attrs, A.STEP_ID, tool.step_id)
+        if tool.retrieval_layer is not None and tool.retrieval_layer not in RETRIEVAL_LAYERS:
+            warnings.append(f"tool_invocation {tool.id}: unknown retrieval_layer {tool.retrieval_layer!r}")
+        if tool.relevance_level is not None and tool.relevance_level not in RELEVANCE_LEVELS:
+            warnings.append(f"tool_invocation {tool.id}: unknown relevance_level {tool.relevance_level!r}")
+        for key, value in (
+            (A.RAG_RETRIEVAL_LAYER, tool.retrieval_layer),
+            (A.RAG_L0_MATCH_COUNT, tool.l0_match_count),
+            (A.RAG_L1_MATCH_COUNT, tool.l1_match_count),
+            (A.RAG_RELEVANCE_LEVEL, tool.relevance_level),
+            (A.RAG_DEDUP_REASON, tool.dedup_reason),
+        ):
+            if value is not None:
+                attrs.append((key, value))
+        evidence = self._evidence(tool, attrs, warnings)
+        if tool.retrieval_layer is not None:
+            _put(attrs, A.GEN_AI_DATA_SOURCE_ID, tool.tool_name)
+            if evidence is not None and evidence.paths:
+                attrs.append((A.GEN_AI_RETRIEVAL_DOCUMENTS, retrieval_documents(evidence, tool)))
+        _put(attrs, A.TOOL_OUTPUT_LENGTH, tool.output_length)
+        _put(attrs, A.TOOL_OUTPUT_TRUNCATED, None if tool.is_truncated is None else bool(tool.is_truncated))
+        # The span treats an out-of-range duration as missing; so does its attribute.
+        _put(attrs, A.TOOL_DURATION_MS, duration_ms)
+        if tool.success is False:
+            attrs.append((A.ERROR_TYPE, A.ERROR_TOOL))
+        retriever = tool.retrieval_layer is not None
+        if self._openinference:
+            # A RAG lookup is a RETRIEVER, so Phoenix shows its evidence as documents.
+            attrs.append((A.OPENINFERENCE_SPAN_KIND, A.OI_KIND_RETRIEVER if retriever else A.OI_KIND_TOOL))
+            _put(attrs, A.OI_TOOL_NAME, tool.tool_name)
+            _put(attrs, A.SESSION_ID, run.session_id)
+            if retriever and evidence is not None and evidence.paths:
+                attrs.extend(openinference_documents(evidence, tool, self._content))
+        if self._content.capture:
+            refs_json = _compact_json(evidence.refs) if evidence is not None and evidence.refs is not None else None
+            attrs.extend(
+                self._content.tool_attributes(
+                    tool.input_params, tool.output_preview, tool.success is True, refs_json, retriever and self._openinference
+                )
+            )
+        return tuple(attrs)
+
+    def _evidence(self, tool: ToolRow, attrs: list, warnings: list[str]) -> Evidence | None:
+        """Adds rag.evidence.* from retrieval_details, parsed here or summarized by the database."""
+        details = tool.retrieval_details
+        evidence = details if isinstance(details, Evidence) else summarize(details, warnings, tool.id)
+        if evidence is None:
+            return None
+        if evidence.status is not None:
+            attrs.append((A.RAG_EVIDENCE_STATUS, evidence.status))
+        if evidence.refs_not_a_list:
+            warnings.append(f"tool_invocation {tool.id}: evidence_refs is not a list")
+            return evidence
+        if evidence.ref_count is not None:
+            attrs.append((A.RAG_EVIDENCE_COUNT, evidence.ref_count))
+        if evidence.paths:
+            attrs.append((A.RAG_EVIDENCE_PATHS, evidence.paths))
+        return evidence
+
+
+def exception_event(error_type: str, message: str, at_ns: int) -> Event:
+    """An ``exception`` event as the SDK's record_exception writes it, less the stack trace we do not have."""
+    attrs: tuple[tuple[str, AttrValue], ...] = ((A.EXCEPTION_TYPE, error_type),)
+    if message:
+        attrs += ((A.EXCEPTION_MESSAGE, message),)
+    return (A.EXCEPTION_EVENT, at_ns, attrs)
+
+
+def _put(attrs: list, key: str, value: AttrValue | None) -> None:
+    """Appends the attribute unless its column is NULL."""
+    if value is not None:
+        attrs.append((key, value))
+
+
+def _where(row: str, row_id: int | None, column: str) -> str:
+    # Built only when there is something to say: formatting it per row is measurable.
+    return f"{row}.{column}" if row_id is None else f"{row} {row_id}: {column}"
+
+
+def _valid_duration(value: int | None, warnings: list[str], row: str, row_id: int | None, column: str) -> int | None:
+    if value is None:
+        return None
+    if value < 0 or value > MAX_DURATION_MS:
+        warnings.append(f"{_where(row, row_id, column)} out of range ({value} ms)")
+        return None
+    return value
+
+
+def _compact_json(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)

@@ -1,0 +1,1 @@
+"""Running and steering a deployment: the daemon, HA lease, check, status/rewind/export, the demo."""

@@ -1,0 +1,233 @@
+"""`run-otel run`: the APScheduler loop around a Poller.
+
+Polls never overlap. A failed poll is retried with jittered exponential
+backoff, at the time the log line announces. ``/healthz`` fails when a poll
+has made no progress for ``poll.stuck_after_seconds``. On SIGTERM the batch in
+flight gets ``poll.shutdown_timeout_seconds`` to finish and checkpoint; past
+that the process exits 1 without saving it, so it is re-sent after a restart.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import sys
+import threading
+import time
+from datetime import UTC, datetime
+
+from .. import __version__
+from ..config import Config
+from ..export.sinks import ExportError
+from ..factory import build_feedback, build_poller, start_metrics
+from ..pipeline.checkpoint import CheckpointError
+from ..pipeline.poller import PollResult
+from ..pipeline.store_lock import StoreLock, store_lock
+from ..source.reader import SourceError
+from .effective_settings import effective_settings
+from .lease import MySqlLease, lease_name_for
+
+log = logging.getLogger("run_otel")
+
+EXIT_STOP_TIMEOUT = 1
+
+
+def summary(result: PollResult) -> str:
+    return (
+        f"exported {result.run_count} runs ({result.spans} spans); "
+        f"{result.pending} pending, {result.gaps} gaps"
+        + (f"; receiver rejected {result.rejected_spans} spans" if result.rejected_spans else "")
+        + (f"; dropped {result.dropped_spans} spans too large to send" if result.dropped_spans else "")
+    )
+
+
+class _SkipWhilePolling(logging.Filter):
+    """APScheduler warns each time it skips a start because the poll outlasted
+    poll.interval_seconds: that is how polls never overlap, not a fault."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "maximum number of running instances reached" not in str(record.msg)
+
+
+class Daemon:
+    def __init__(self, config: Config, rng: random.Random | None = None):
+        self._config = config
+        self._rng = rng or random.Random()
+        self._stop = threading.Event()
+        self._failures = 0
+        self._retry_at = 0.0
+        self._busy = threading.Lock()  # the interval job and a wake-up never overlap
+        self._tick_started: float | None = None
+        self._scheduler = None
+        self.lease: MySqlLease | None = None
+        # Without HA the store is locked for the process's life; with HA, only while the lease is held.
+        self.store_lock: StoreLock = store_lock(config)
+        self._waiting_for_store = False
+        if not config.ha.enabled:
+            self.store_lock.__enter__()
+        self.metrics, self.server = start_metrics(config, alive=self.alive)
+        self.poller = build_poller(config, recorder=self.metrics, keep_going=self._holding)
+        self.feedback = build_feedback(config, self.poller, self.metrics)
+        self._feedback_due = 0.0  # time.monotonic() of the next feedback pass
+        if config.ha.enabled:
+            self.lease = MySqlLease(self.poller.source.engine, lease_name_for(config), config.ha.takeover_seconds)
+
+    # -- health -------------------------------------------------------------------
+
+    def alive(self) -> tuple[bool, str]:
+        """Alive unless a poll has made no progress for poll.stuck_after_seconds."""
+        started = self._tick_started
+        if started is None:
+            return True, "ok"
+        quiet = time.monotonic() - max(started, self.poller.progress_at)
+        if quiet > self._config.poll.stuck_after_seconds:
+            return False, f"wedged: the poll in flight has made no progress for {quiet:.0f}s"
+        return True, "ok"
+
+    def _holding(self) -> bool:
+        """Whether this instance should poll now: always without HA, else while it holds the lease."""
+        if self.lease is None:
+            return True
+        holding = self.lease.held() and self._store_locked()
+        if not holding and self.store_lock.held:
+            self.store_lock.release()
+        if self.metrics:
+            self.metrics.set_standby(not holding)
+        return holding
+
+    def _store_locked(self) -> bool:
+        """With the lease held: the store too, which an instance without HA (or a `once`) may still hold."""
+        try:
+            if self.store_lock.held or self.store_lock.acquire():
+                self._waiting_for_store = False
+                return True
+        except CheckpointError as exc:  # the store is away: stand by, like a lost lease
+            log.warning("lease held, but %s; standing by", exc)
+            return False
+        if not self._waiting_for_store:
+            log.warning("lease held, but %s; waiting for it", self.store_lock.in_use())
+            self._waiting_for_store = True
+        return False
+
+    # -- one tick -------------------------------------------------------------------
+
+    def _tick(self) -> None:
+        if not self._busy.acquire(blocking=False):
+            return
+        self._tick_started = time.monotonic()
+        try:
+            self._poll_once()
+        finally:
+            self._tick_started = None
+            self._busy.release()
+
+    def _poll_once(self) -> None:
+        if time.monotonic() < self._retry_at or self._stop.is_set() or not self._holding():
+            return
+        started = time.monotonic()
+        try:
+            self.store_lock.check()
+        except Exception as exc:
+            self._failed(exc)
+            return
+        try:
+            result = self.poller.poll()  # records its own failure
+        except Exception as exc:
+            self._failed(exc)
+            return
+        try:
+            self._feedback_pass()
+        except Exception as exc:
+            if self.metrics:
+                self.metrics.poll_finished(time.monotonic() - started, ok=False, pending=result.pending)
+            self._failed(exc, "feedback pass failed")
+            return
+        if self._failures:
+            log.info("exports recovered after %d failed poll(s); %s", self._failures, summary(result))
+        elif result.run_count:
+            log.debug(summary(result))
+        self._failures, self._retry_at = 0, 0.0
+        if result.next_settle_at is not None and result.next_settle_at - time.time() < self._config.poll.interval_seconds:
+            # A finished run waits out poll.settle_seconds, not a whole extra interval.
+            self._wake_at(result.next_settle_at, "settle")
+
+    def _failed(self, exc: Exception, what: str = "poll failed") -> None:
+        """Any failure in a tick, known or not: one line, then the next try after a backoff,
+        never at once, so a batch whose checkpoint cannot be saved is not re-sent every tick."""
+        self._failures += 1
+        delay = self._backoff(self._failures)
+        self._retry_at = time.monotonic() + delay
+        self._wake_at(time.time() + delay, "retry")
+        known = isinstance(exc, (SourceError, ExportError, CheckpointError))
+        log.error("%s (%s); retrying in %.1fs", what, exc if known else f"{exc.__class__.__name__}: {exc}", delay)
+
+    def _feedback_pass(self) -> None:
+        """Every feedback.interval_seconds, after a good poll, in the same tick: never beside a poll.
+        A failure is the tick's: nothing was recorded as sent, so the next pass sends it again."""
+        if self.feedback is None or time.monotonic() < self._feedback_due:
+            return
+        self.feedback.run()
+        self._feedback_due = time.monotonic() + self._config.feedback.interval_seconds
+
+    def _backoff(self, failures: int) -> float:
+        """Exponential from retry_initial to retry_max, with +-20% jitter so replicas spread out."""
+        poll = self._config.poll
+        base = min(poll.retry_initial_seconds * 2 ** (failures - 1), poll.retry_max_seconds)
+        return base * self._rng.uniform(0.8, 1.2)
+
+    def _wake_at(self, at: float, job_id: str) -> None:
+        if self._scheduler is None:
+            return
+        run_date = datetime.fromtimestamp(max(at, time.time()) + 0.05, UTC)
+        self._scheduler.add_job(self._tick, "date", run_date=run_date, id=job_id, replace_existing=True)
+
+    # -- the loop -------------------------------------------------------------------
+
+    def stop(self, *_args) -> None:
+        self._stop.set()
+        self.poller.stop_requested.set()
+
+    def run_forever(self) -> None:
+        from apscheduler.schedulers.background import BackgroundScheduler
+
+        scheduler = self._scheduler = BackgroundScheduler(timezone="UTC")
+        logging.getLogger("apscheduler.scheduler").addFilter(_SkipWhilePolling())
+        scheduler.add_job(
+            self._tick,
+            "interval",
+            seconds=self._config.poll.interval_seconds,
+            max_instances=1,
+            coalesce=True,
+            misfire_grace_time=None,
+            next_run_time=datetime.now(UTC),
+        )
+        signal.signal(signal.SIGTERM, self.stop)
+        signal.signal(signal.SIGINT, self.stop)
+        log.info("run-otel %s starting: %s", __version__, effective_settings(self._config))
+        scheduler.start()
+        self._stop.wait()
+        self._shutdown(scheduler)
+
+    def _shutdown(self, scheduler) -> None:
+        bound = self._config.poll.shutdown_timeout_seconds
+        log.info("stopping: finishing the batch in flight (at most %.0fs)", bound)
+        scheduler.shutdown(wait=False)
+        if not self._busy.acquire(timeout=bound):
+            log.error(
+                "the batch in flight did not finish within poll.shutdown_timeout_seconds (%.0fs); exiting without "
+                "saving its checkpoint: it is re-sent after the restart",
+                bound,
+            )
+            logging.shutdown()
+            sys.stderr.flush()
+            os._exit(EXIT_STOP_TIMEOUT)
+        if self.lease:
+            self.lease.release()
+        self.store_lock.release()
+        if self.server:
+            self.server.stop()
+        if self.metrics:
+            self.metrics.shutdown()
+        log.info("stopped")

@@ -1,0 +1,117 @@
+"""How the checkpoint moves: pure functions of the checkpoint, the rows read and ``now``.
+
+No I/O and no clock of their own: the poller passes ``now`` in, so every rule
+here (where a first start begins, which ids are gaps, when a waiting run times
+out, when a gap is given up) is unit-tested with exact times.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from ..config import PollConfig
+from ..source.clock import SourceClock
+from ..source.rows import RunRow, is_terminal
+from .checkpoint import Checkpoint
+
+# More missing ids than this in one batch is a deletion, not in-flight commits.
+MAX_NEW_GAPS = 10_000
+
+
+@dataclass(frozen=True)
+class Rules:
+    settle_seconds: float
+    run_timeout_seconds: float
+    gap_timeout_seconds: float
+    # False when the source's timestamps cannot be trusted (a wrong source.timezone):
+    # run timeouts then count from when the run was first seen.
+    trust_timestamps: bool = True
+
+    @classmethod
+    def from_config(cls, poll: PollConfig, trust_timestamps: bool = True) -> Rules:
+        return cls(poll.settle_seconds, poll.run_timeout_seconds, poll.gap_timeout_seconds, trust_timestamps)
+
+
+def initial_checkpoint(start_from: str, newest_id: int) -> Checkpoint:
+    """Where a first start begins: after the newest run ("now"), at 1 ("beginning"), or at an id."""
+    if start_from == "beginning":
+        return Checkpoint(high_water=0)
+    if start_from == "now":
+        return Checkpoint(high_water=newest_id)
+    return Checkpoint(high_water=int(start_from) - 1)
+
+
+def advance(checkpoint: Checkpoint, new_ids: Sequence[int], now: float) -> int:
+    """Moves the high-water mark over ``new_ids`` (ascending) and records the ids
+    they skipped as gaps first missed at ``now``. Returns the gaps not tracked."""
+    if not new_ids:
+        return 0
+    seen = set(new_ids)
+    missing = [i for i in range(checkpoint.high_water + 1, new_ids[-1]) if i not in seen]
+    dropped = max(len(missing) - MAX_NEW_GAPS, 0)
+    for gap in missing[dropped:]:
+        checkpoint.gaps.setdefault(gap, now)
+    checkpoint.high_water = new_ids[-1]
+    return dropped
+
+
+def timed_out(created_at: float | None, first_seen: float, now: float, rules: Rules) -> bool:
+    """Whether a waiting run has waited ``run_timeout_seconds``.
+
+    Counted from ``created_at``, unless it is missing, lies in the future, or
+    the timestamps are not trusted: then from when the run was first seen.
+    """
+    if rules.run_timeout_seconds <= 0:
+        return False
+    since = first_seen
+    if rules.trust_timestamps and created_at is not None and created_at <= now:
+        since = created_at
+    return now - since >= rules.run_timeout_seconds
+
+
+@dataclass
+class Classified:
+    to_export: list[RunRow] = field(default_factory=list)
+    incomplete: set[int] = field(default_factory=set)
+    # When the first finished-but-unsettled run becomes exportable (Unix time).
+    next_settle_at: float | None = None
+
+
+def classify(
+    checkpoint: Checkpoint,
+    runs: Sequence[RunRow],
+    now: float,
+    rules: Rules,
+    clock: SourceClock,
+    in_shard: Callable[[RunRow], bool] = lambda run: True,
+) -> Classified:
+    """Splits runs into those to send now and those still waiting (kept as pending)."""
+    out = Classified()
+    settled_before = now - rules.settle_seconds
+    for run in runs:
+        first_seen = checkpoint.pending.pop(run.id, None) or checkpoint.gaps.pop(run.id, None) or now
+        if not in_shard(run):
+            continue
+        if is_terminal(run.status):
+            updated = clock.epoch(run.updated_at)
+            if updated is None or updated <= settled_before:
+                out.to_export.append(run)
+            else:
+                checkpoint.pending[run.id] = first_seen
+                ready_at = updated + rules.settle_seconds
+                out.next_settle_at = ready_at if out.next_settle_at is None else min(out.next_settle_at, ready_at)
+        elif timed_out(clock.epoch(run.created_at), first_seen, now, rules):
+            out.to_export.append(run)
+            out.incomplete.add(run.id)
+        else:
+            checkpoint.pending[run.id] = first_seen
+    return out
+
+
+def expire_gaps(checkpoint: Checkpoint, now: float, gap_timeout_seconds: float) -> list[int]:
+    """Gives up on gaps missed for ``gap_timeout_seconds`` (rolled back or deleted); returns them."""
+    expired = [gap for gap, seen in checkpoint.gaps.items() if now - seen >= gap_timeout_seconds]
+    for gap in expired:
+        del checkpoint.gaps[gap]
+    return expired

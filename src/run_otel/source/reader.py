@@ -1,0 +1,434 @@
+"""Index-bounded reads of ``diagnosis_run`` and ``tool_invocation``.
+
+Every statement is bounded by the primary key, ``run_id`` or
+``idx_tool_invocation_run_id``, and lists its columns: run-otel reads only what
+it maps, never ``self_evaluation``, and user content only when capture is on.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime, timedelta
+from typing import NamedTuple
+
+from sqlalchemy import Boolean, Engine, create_engine, event, func, select, type_coerce
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import NoSuchModuleError, SQLAlchemyError
+from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.sqltypes import NullType
+
+from ..config import VERIFYING_TLS_MODES, Config, ConfigError, SourceConfig
+from ..mapping.content import RUN_CONTENT_COLUMNS, TOOL_CONTENT_COLUMNS, ContentPolicy
+from .clock import ClockSample, SourceClock
+from .evidence import DATABASE_COLUMN_COUNT, DatabaseSummaries, database_columns
+from .rows import TERMINAL_STATUSES, FeedbackRow, RunRow, ToolRow
+from .schema import diagnosis_run, tool_invocation
+
+log = logging.getLogger(__name__)
+
+# The columns read are the row types' fields, in their order, so rows build positionally;
+# the content columns come last, and only when the content policy asks for them.
+RUN_COLUMNS = tuple(name for name in RunRow._fields if name not in RUN_CONTENT_COLUMNS)
+TOOL_COLUMNS = tuple(name for name in ToolRow._fields if name not in TOOL_CONTENT_COLUMNS)
+
+
+class Backlog(NamedTuple):
+    newest_id: int
+    runs: int  # run ids above the checkpoint
+    seconds: float | None  # the newest run's created_at minus the checkpoint run's
+
+
+class SourceError(RuntimeError):
+    """The database could not be read. The message never holds a password."""
+
+
+class ConnectionLost(SourceError):
+    """The connection to the database was lost or refused: worth retrying."""
+
+
+def safe_url(url: URL) -> str:
+    return url.render_as_string(hide_password=True)
+
+
+def make_engine(url: URL, connect_timeout: float = 10.0, source: SourceConfig | None = None, **kwargs) -> Engine:
+    """An engine with pre-ping, so a restarted database is reconnected transparently.
+
+    For the agent's database (``source`` given) on MySQL/MariaDB, every session
+    gets the statement timeout and, when configured, TLS.
+    """
+    connect_args: dict = {}
+    if url.get_backend_name() == "mysql":
+        connect_args = {"connect_timeout": max(1, int(connect_timeout)), "charset": "utf8mb4"}
+        # Each poll must see rows committed since the last one.
+        kwargs.setdefault("isolation_level", "READ COMMITTED")
+        if source is not None:
+            connect_args.update(_mysql_source_args(url, source))
+    elif url.get_backend_name() == "sqlite" and source is not None:
+        connect_args = {"timeout": source.statement_timeout_seconds}
+    try:
+        if url.get_driver_name() == "mysqlconnector":
+            _warn_without_c_extension()
+        engine = create_engine(url, pool_pre_ping=True, connect_args=connect_args, **kwargs)
+    except NoSuchModuleError:
+        hint = "; for MySQL and MariaDB use mysql+pymysql, mysql+mysqlconnector or mysql+mysqldb"
+        raise ConfigError(
+            f"{safe_url(url)}: SQLAlchemy knows no {url.drivername!r}" + (hint if url.get_backend_name() == "mysql" else "")
+        ) from None
+    except ImportError as exc:
+        install = _DRIVER_EXTRAS.get(url.get_driver_name(), "install the driver's package")
+        raise ConfigError(f"{safe_url(url)}: the driver is not installed (no module {exc.name!r}): {install}") from None
+    if url.get_backend_name() == "mysql" and source is not None:
+        event.listen(engine, "connect", _session_setup(source))
+    return engine
+
+
+# The drivers run-otel ships an extra for, and how to get them.
+_DRIVER_EXTRAS = {
+    "mysqlconnector": "pip install 'run-otel[mysql-connector]'",
+    "mysqldb": "apt-get install libmariadb-dev pkg-config, then pip install 'run-otel[mysqlclient]'",
+}
+
+
+def _warn_without_c_extension() -> None:
+    """mysql-connector-python quietly runs in pure Python when its C extension does not
+    load, several times slower than PyMySQL; say so once, where the engine is built."""
+    import mysql.connector
+
+    if not mysql.connector.HAVE_CEXT:
+        log.warning(
+            "mysql-connector-python's C extension did not load, so it runs in pure Python, slower than "
+            "PyMySQL: use a mysql+pymysql:// URL, or a mysql-connector-python release built for this system's OpenSSL"
+        )
+
+
+def _mysql_source_args(url: URL, source: SourceConfig) -> dict:
+    # The server-side limits below end a statement; the socket timeout is the
+    # backstop for a server that stops answering altogether.
+    backstop = int(source.statement_timeout_seconds) + 10
+    args: dict = {"read_timeout": backstop, "write_timeout": backstop}
+    args.update(_TLS_ARGS.get(url.get_driver_name(), _mysqlclient_tls)(source))
+    return args
+
+
+def _pymysql_tls(source: SourceConfig) -> dict:
+    """PyMySQL's arguments for source.tls_mode; "preferred" is its own default."""
+    if source.tls_mode == "disabled":
+        return {"ssl_disabled": True}
+    if source.tls_mode == "preferred":
+        return {}
+    verify = source.tls_mode in VERIFYING_TLS_MODES
+    context = ssl.create_default_context(cafile=source.tls_ca or None)
+    context.check_hostname = source.tls_mode == "verify_identity"
+    if not verify:
+        context.verify_mode = ssl.CERT_NONE
+    if source.tls_cert:
+        context.load_cert_chain(source.tls_cert, source.tls_key or None)
+    return {"ssl": context}
+
+
+def _mysqlclient_tls(source: SourceConfig) -> dict:
+    """mysqlclient's form of the same settings."""
+    files = {"ca": source.tls_ca, "cert": source.tls_cert, "key": source.tls_key}
+    args: dict = {"ssl_mode": source.tls_mode.upper()}
+    if any(files.values()):
+        args["ssl"] = {k: v for k, v in files.items() if v}
+    return args
+
+
+def _mysqlconnector_tls(source: SourceConfig) -> dict:
+    """mysql-connector-python's form. It has no "required" of its own: with TLS not
+    disabled it falls back to plain text, so the session check below enforces it."""
+    if source.tls_mode == "disabled":
+        return {"ssl_disabled": True}
+    files = {"ssl_ca": source.tls_ca, "ssl_cert": source.tls_cert, "ssl_key": source.tls_key}
+    args: dict = {k: v for k, v in files.items() if v}
+    if source.tls_mode in VERIFYING_TLS_MODES:
+        args["ssl_verify_cert"] = True
+        args["ssl_verify_identity"] = source.tls_mode == "verify_identity"
+    return args
+
+
+_TLS_ARGS = {"pymysql": _pymysql_tls, "mysqldb": _mysqlclient_tls, "mysqlconnector": _mysqlconnector_tls}
+
+
+def _session_setup(source: SourceConfig):
+    """Per-session limits: MariaDB's max_statement_time, MySQL's max_execution_time,
+    and lock_wait_timeout for metadata locks (LOCK TABLES, ALTER TABLE) on both.
+    Where TLS is required, the session must really be encrypted: a driver that falls
+    back to plain text is refused here, whatever its own settings did."""
+    seconds = source.statement_timeout_seconds
+    whole = max(1, int(seconds))
+    tls_required = source.tls_mode not in ("disabled", "preferred")
+
+    def on_connect(dbapi_connection, _record) -> None:
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute("SELECT VERSION()")
+            mariadb = "mariadb" in str(cursor.fetchone()[0]).lower()
+            limit = f"max_statement_time = {seconds:g}" if mariadb else f"max_execution_time = {int(seconds * 1000)}"
+            cursor.execute(f"SET SESSION {limit}, SESSION lock_wait_timeout = {whole}")
+            if tls_required:
+                cursor.execute("SHOW SESSION STATUS LIKE 'Ssl_cipher'")
+                row = cursor.fetchone()
+                if not row or not row[1]:
+                    raise SourceError(f"source.tls_mode = {source.tls_mode}, but the session is not encrypted")
+        finally:
+            cursor.close()
+
+    return on_connect
+
+
+# Server errors that mean a statement hit the timeout rather than failed.
+_TIMEOUT_ERRORS = {1969: "max_statement_time", 3024: "max_execution_time", 1205: "lock_wait_timeout"}
+# Client errors that mean the connection is gone (the server restarted, a failover, a
+# dropped network): 2003 cannot connect, 2006 server has gone away, 2013 lost during
+# a query (also the read-timeout backstop's), 2055 mysql-connector's lost connection.
+_CONNECTION_ERRORS = frozenset({2003, 2006, 2013, 2055})
+# mysql-connector's C extension raises its own MySQLInterfaceError from rollback()
+# without wrapping it, and SQLAlchemy re-raises what is not a DB-API error as it is:
+# a server that goes away between a read and the connection's release would end a
+# backfill with a traceback instead of the wait every other lost connection gets.
+_LOST_WORDS = ("Lost connection to", "MySQL server has gone away", "Can't connect to")
+
+
+def _unwrapped_driver_errors() -> tuple[type[Exception], ...]:
+    try:
+        from _mysql_connector import MySQLInterfaceError
+    except ImportError:
+        return ()
+    return (MySQLInterfaceError,)
+
+_NO_SUCH_FUNCTION = 1305  # MySQL/MariaDB: FUNCTION ... does not exist
+_TLS_FAILED = 2026  # the client's "SSL connection error", often with only OpenSSL's own words
+
+
+def _as_stored(column: ColumnElement) -> ColumnElement:
+    """A BOOLEAN column as the database returns it: SQLAlchemy's own conversion makes any
+    non-empty text true, 'false' included, so ``readings`` reads the value by meaning."""
+    return type_coerce(column, NullType()).label(column.name) if isinstance(column.type, Boolean) else column
+
+
+def _chunks(values: Sequence, size: int) -> Iterator[Sequence]:
+    for start in range(0, len(values), size):
+        yield values[start : start + size]
+
+
+class Source:
+    """The agent's database, read-only."""
+
+    def __init__(self, config: Config, engine: Engine | None = None):
+        self._url = config.source_url()
+        self._statement_timeout = config.source.statement_timeout_seconds
+        self.engine = engine or make_engine(self._url, config.source.connect_timeout_seconds, config.source)
+        self._chunk = config.poll.tool_chunk_size
+        self._unwrapped_errors = _unwrapped_driver_errors() if self.engine.dialect.driver == "mysqlconnector" else ()
+        content = ContentPolicy.build(config.content, config.trace.conventions)
+        run_cols = RUN_COLUMNS + content.run_columns()
+        tool_cols = TOOL_COLUMNS + content.tool_columns()
+        self._run_select = select(*(diagnosis_run.c[name] for name in run_cols))
+        columns: list[ColumnElement] = [_as_stored(tool_invocation.c[name]) for name in tool_cols]
+        # Without capture, MySQL/MariaDB summarize retrieval_details themselves: the evidence
+        # text, often kilobytes a call, then never leaves the database.
+        self._evidence_at = TOOL_COLUMNS.index("retrieval_details") if self._summarize_evidence(content, config.source) else None
+        if self._evidence_at is not None:
+            at = self._evidence_at
+            columns[at : at + 1] = database_columns(tool_invocation.c.retrieval_details)
+        self._tool_select = select(*columns)
+        self._summaries = DatabaseSummaries()
+
+    def describe(self) -> str:
+        return safe_url(self._url)
+
+    def _summarize_evidence(self, content: ContentPolicy, source: SourceConfig) -> bool:
+        return source.evidence_in_database and not content.capture and self.engine.dialect.name == "mysql"
+
+    def summarizes_evidence(self) -> bool:
+        return self._evidence_at is not None
+
+    def probe_tool_select(self) -> None:
+        """Runs the tool statement on no rows: the server then says whether it knows every function."""
+        self._fetch(self._tool_select.limit(0))
+
+    def _tool_row(self, row) -> ToolRow:
+        at = self._evidence_at
+        if at is None:
+            return ToolRow(*row)
+        summary = self._summaries.evidence(row[at : at + DATABASE_COLUMN_COUNT])
+        values = [*row[:at], summary, *row[at + DATABASE_COLUMN_COUNT :]]
+        return ToolRow(*values)
+
+    def _fetch(self, statement) -> list:
+        try:
+            with self.engine.connect() as conn:
+                return list(conn.execute(statement))
+        except self._unwrapped_errors as exc:
+            code = getattr(exc, "errno", None)
+            if code in _CONNECTION_ERRORS or str(exc).startswith(_LOST_WORDS):
+                raise ConnectionLost(
+                    f"database {self.describe()}: lost the connection (the server restarted or went away, "
+                    f"or the network dropped it): {exc}"
+                ) from None
+            raise SourceError(f"database {self.describe()}: {exc}") from None
+        except SQLAlchemyError as exc:
+            reason = getattr(exc, "orig", None) or exc.__class__.__name__
+            code = getattr(reason, "args", (None,))[0] if getattr(reason, "args", None) else None
+            # SQLAlchemy's own disconnect test knows each driver's words for it, such as
+            # mysql-connector's "MySQL Connection not available" with no error code.
+            if code in _CONNECTION_ERRORS or getattr(exc, "connection_invalidated", False):
+                raise ConnectionLost(
+                    f"database {self.describe()}: lost the connection (the server restarted or went away, "
+                    f"or the network dropped it): {reason}"
+                ) from None
+            if code in _TIMEOUT_ERRORS:
+                reason = (
+                    f"a statement ran past source.statement_timeout_seconds ({self._statement_timeout:g}s; "
+                    f"{_TIMEOUT_ERRORS[code]}): is a table locked? {reason}"
+                )
+            elif code == _TLS_FAILED:
+                reason = f"{reason}: the TLS handshake failed; does source.tls_ca sign the server's certificate?"
+            elif code == _NO_SUCH_FUNCTION and self._evidence_at is not None:
+                reason = f"{reason}: this server has no JSON functions; set source.evidence_in_database = false"
+            raise SourceError(f"database {self.describe()}: {reason}") from None
+
+    # -- runs ---------------------------------------------------------------
+
+    def max_run_id(self) -> int:
+        rows = self._fetch(select(func.max(diagnosis_run.c.id)))
+        return int(rows[0][0] or 0)
+
+    def runs_after(self, high_water: int, limit: int, until_id: int | None = None) -> list[RunRow]:
+        """Up to ``limit`` runs with id above ``high_water`` (and up to ``until_id``), by id."""
+        stmt = self._run_select.where(diagnosis_run.c.id > high_water)
+        if until_id is not None:
+            stmt = stmt.where(diagnosis_run.c.id <= until_id)
+        stmt = stmt.order_by(diagnosis_run.c.id).limit(limit)
+        return [RunRow(*row) for row in self._fetch(stmt)]
+
+    def runs_by_ids(self, ids: Iterable[int]) -> list[RunRow]:
+        ordered = sorted(set(ids))
+        out: list[RunRow] = []
+        for chunk in _chunks(ordered, self._chunk):
+            stmt = self._run_select.where(diagnosis_run.c.id.in_(chunk)).order_by(diagnosis_run.c.id)
+            out.extend(RunRow(*row) for row in self._fetch(stmt))
+        return out
+
+    def run_by_run_id(self, run_id: str) -> RunRow | None:
+        rows = self._fetch(self._run_select.where(diagnosis_run.c.run_id == run_id))
+        return RunRow(*rows[0]) if rows else None
+
+    def newest_run(self) -> tuple[int, datetime] | None:
+        """The newest run's id and created_at: one primary-key probe."""
+        rows = self._fetch(select(diagnosis_run.c.id, diagnosis_run.c.created_at).order_by(diagnosis_run.c.id.desc()).limit(1))
+        return (int(rows[0][0]), rows[0][1]) if rows else None
+
+    def backlog(self, high_water: int, clock: SourceClock) -> Backlog | None:
+        """What waits above ``high_water``: two primary-key probes. None when there are no runs."""
+        newest = self.newest_run()
+        if newest is None:
+            return None
+        newest_id, newest_at = newest
+        if newest_id <= high_water:
+            return Backlog(newest_id, 0, 0.0)
+        # From high water 0 nothing is exported yet: the lag runs from the oldest run.
+        mark = self.created_at_from(high_water)
+        newest_epoch, mark_epoch = clock.epoch(newest_at), clock.epoch(mark[1]) if mark else None
+        seconds = max(newest_epoch - mark_epoch, 0.0) if newest_epoch is not None and mark_epoch is not None else None
+        return Backlog(newest_id, newest_id - high_water, seconds)
+
+    def created_at_from(self, first_id: int) -> tuple[int, datetime] | None:
+        """The first run at or after ``first_id``: a primary-key probe, for backfill bounds."""
+        stmt = (
+            select(diagnosis_run.c.id, diagnosis_run.c.created_at)
+            .where(diagnosis_run.c.id >= first_id)
+            .order_by(diagnosis_run.c.id)
+            .limit(1)
+        )
+        rows = self._fetch(stmt)
+        return (int(rows[0][0]), rows[0][1]) if rows else None
+
+    def first_id_created_at_or_after(self, moment: datetime) -> int:
+        """The first run id created at or after ``moment``, by binary search on primary-key probes.
+
+        It relies on ids growing with created_at, as an auto-increment key
+        written at insert time does; it never scans.
+        """
+        low, high = 1, self.max_run_id() + 1
+        while low < high:
+            middle = (low + high) // 2
+            probe = self.created_at_from(middle)
+            if probe is None or (isinstance(probe[1], datetime) and probe[1] >= moment):
+                high = middle
+            else:
+                # Every id up to the probed row starts no later than it: skip them all.
+                low = probe[0] + 1
+        return low
+
+    def rated_runs(self, first_id: int, last_id: int) -> list[FeedbackRow]:
+        """Finished runs in [first_id, last_id] that carry feedback: one primary-key range read."""
+        run = diagnosis_run.c
+        stmt = (
+            select(run.id, run.run_id, run.intent, run.feedback, run.updated_at, run.created_at, run.total_duration_ms)
+            .where(run.id >= first_id, run.id <= last_id, run.feedback.is_not(None), run.status.in_(sorted(TERMINAL_STATUSES)))
+            .order_by(run.id)
+        )
+        return [FeedbackRow(*row) for row in self._fetch(stmt)]
+
+    def clock_sample(self) -> ClockSample | None:
+        """The newest run's times and the database's clocks, for the time-zone check."""
+        newest = self._fetch(
+            select(diagnosis_run.c.id, diagnosis_run.c.created_at, diagnosis_run.c.updated_at)
+            .order_by(diagnosis_run.c.id.desc())
+            .limit(1)
+        )
+        if not newest:
+            return None
+        stamps = [v for v in newest[0][1:] if isinstance(v, datetime)]
+        if not stamps:
+            return None
+        if self.engine.dialect.name == "mysql":
+            db_now, db_utc = self._fetch(select(func.now(), func.utc_timestamp()))[0]
+        else:  # SQLite has one clock, in UTC
+            db_now, db_utc = None, datetime.fromisoformat(self._fetch(select(func.datetime("now")))[0][0])
+        return ClockSample(int(newest[0][0]), max(stamps), db_now, db_utc)
+
+    def largest_time_inversion(self, probes: int = 64) -> tuple[timedelta, int, int]:
+        """How far ``created_at`` runs backwards as ids grow, over ``probes`` evenly
+        spaced primary-key probes: (the largest drop, the earlier id, the later id).
+        A drop of minutes or more means ids are not in time order (an import)."""
+        top = self.max_run_id()
+        worst, pair = timedelta(0), (0, 0)
+        latest: tuple[datetime, int] | None = None
+        for step in range(probes + 1):
+            probe = self.created_at_from(max(1, top * step // probes))
+            if probe is None or not isinstance(probe[1], datetime):
+                continue
+            if latest is not None and latest[0] - probe[1] > worst:
+                worst, pair = latest[0] - probe[1], (latest[1], probe[0])
+            if latest is None or probe[1] > latest[0]:
+                latest = (probe[1], probe[0])
+        return worst, pair[0], pair[1]
+
+    # -- tools --------------------------------------------------------------
+
+    def tools_for(self, run_ids: Iterable[str]) -> dict[str, list[ToolRow]]:
+        """Tool rows by run_id, in id order: one ``run_id IN (...)`` query per chunk."""
+        wanted = sorted(set(run_ids))
+        by_run: dict[str, list[ToolRow]] = {run_id: [] for run_id in wanted}
+        # MySQL's default collations compare case-insensitively, so IN may
+        # return 'RUN-A' for 'run-a'; file such rows under the id that was asked.
+        folded = {run_id.casefold(): run_id for run_id in wanted}
+        for chunk in _chunks(wanted, self._chunk):
+            stmt = self._tool_select.where(tool_invocation.c.run_id.in_(chunk)).order_by(
+                tool_invocation.c.run_id, tool_invocation.c.id
+            )
+            for row in self._fetch(stmt):
+                tool = self._tool_row(row)
+                key = tool.run_id if tool.run_id in by_run else folded.get(tool.run_id.casefold())
+                if key is not None:
+                    by_run[key].append(tool)
+        return by_run
+
+    def close(self) -> None:
+        self.engine.dispose()

@@ -1,0 +1,308 @@
+"""Run, RAG and bridge-health metrics, plus /metrics, /healthz and /readyz.
+
+Runs are counted when their batch has been acknowledged *and* checkpointed
+(the poller calls :meth:`BridgeMetrics.runs_exported` after saving), so a
+replay after a crash, which only re-sends what was never checkpointed, is
+never counted twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from opentelemetry.exporter.prometheus import PrometheusMetricReader
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
+from opentelemetry.sdk.resources import Resource
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
+
+from .. import __version__
+from ..config import Config
+from ..mapping import attributes as A
+from ..mapping.spans import MAX_DURATION_MS, root_span_id_for, tool_span_id_for, trace_id_for
+from ..pipeline.checkpoint import shard_name
+from ..pipeline.poller import PollResult, Recorder
+from ..source.rows import INTENTS, RELEASE_OUTCOMES, RELEVANCE_LEVELS, RETRIEVAL_LAYERS, TERMINAL_STATUSES, WAITING_STATUSES
+from . import instruments as I
+from .exemplars import ExemplarCollector, ExemplarStore, span_context
+
+log = logging.getLogger(__name__)
+
+NONE = "none"
+OTHER = "other"
+
+
+def label(value: object, known: frozenset | None = None) -> str:
+    """A low-cardinality label: "none" for NULL, "other" for a value outside ``known``."""
+    if value is None:
+        return NONE
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    text = str(value)
+    return text if known is None or text in known else OTHER
+
+
+_STATUSES = TERMINAL_STATUSES | {s for s in WAITING_STATUSES if s}
+
+
+class BridgeMetrics(Recorder):
+    def __init__(
+        self,
+        config: Config,
+        readers: list[MetricReader],
+        registry: CollectorRegistry | None = None,
+        exemplars: ExemplarStore | None = None,
+    ):
+        self.registry = registry
+        self._exemplars = exemplars or ExemplarStore()
+        views = [
+            View(instrument_name=i.name, aggregation=ExplicitBucketHistogramAggregation(i.buckets))
+            for i in I.ALL
+            if i.kind == I.HISTOGRAM
+        ]
+        # service.name here is the bridge's own; the traces carry the agent's.
+        resource = Resource.create({A.SERVICE_NAME: "run-otel", A.SERVICE_VERSION: __version__})
+        self.provider = MeterProvider(metric_readers=readers, views=views, resource=resource)
+        meter = self.provider.get_meter("run_otel", __version__)
+        self._settle = config.poll.settle_seconds
+        self._feedback = config.feedback
+        self._count_feedback = config.feedback.enabled
+        self._shard = shard_name(config)
+        self._i: dict[str, Any] = {}
+        factories: dict[str, Callable[..., Any]] = {
+            I.COUNTER: meter.create_counter,
+            I.HISTOGRAM: meter.create_histogram,
+            I.GAUGE: meter.create_gauge,
+        }
+        for instrument in I.ALL:
+            factory = factories[instrument.kind]
+            self._i[instrument.name] = factory(instrument.name, unit=instrument.unit, description=instrument.description)
+        self._lock = threading.Lock()
+        self.last_poll_ok = False
+        self.last_success = 0.0
+        # An HA standby does not poll; it is ready while it can reach the lease.
+        self.standby = False
+        self.checkpoint_ahead_runs = 0
+        self._get(I.START_TIME).set(time.time())
+        self._get(I.STANDBY).set(0)
+        self._zero_run_counters()
+
+    def _zero_run_counters(self) -> None:
+        """Starts the usual run series at 0, so rate() sees the first runs after a restart."""
+        for status in sorted(TERMINAL_STATUSES):
+            for intent in sorted(INTENTS):
+                self._get(I.RUNS).add(0, I.RUNS.labelled(status, intent, status))
+        self._get(I.EXPORTED_SPANS).add(0)
+        self._get(I.EXPORT_FAILURES).add(0)
+        self._get(I.REJECTED_SPANS).add(0)
+        self._get(I.ROW_WARNINGS).add(0)
+        self._get(I.DROPPED_SPANS).add(0, I.DROPPED_SPANS.labelled("too_large"))
+        # 0 until the poller finds the source behind the checkpoint: the panel reads 0, not "No data".
+        self._get(I.CHECKPOINT_AHEAD).set(0, I.CHECKPOINT_AHEAD.labelled(self._shard))
+
+    def _get(self, instrument: I.Instrument):
+        return self._i[instrument.name]
+
+    # -- Recorder -------------------------------------------------------------
+
+    def runs_exported(self, result: PollResult, acked_at: float) -> None:
+        for exported in result.runs:
+            run = exported.run
+            status = label(run.status, _STATUSES)
+            intent = label(run.intent, INTENTS)
+            # Every measurement of a run carries its span as an exemplar: one click from a bucket to the trace.
+            trace_id, root_id = trace_id_for(run.run_id), root_span_id_for(run.run_id)
+            context = span_context(trace_id, root_id)
+            runs = I.RUNS.labelled(status, intent, label(run.release_outcome, RELEASE_OUTCOMES))
+            self._get(I.RUNS).add(1, runs, context=context)
+            if status == "FAILED":
+                self._exemplars.record(I.RUNS, runs, trace_id, root_id)
+            if run.total_duration_ms is not None and 0 <= run.total_duration_ms <= MAX_DURATION_MS:
+                seconds, labels = run.total_duration_ms / 1000, I.RUN_DURATION.labelled(status, intent)
+                self._get(I.RUN_DURATION).record(seconds, labels, context=context)
+                self._exemplars.record(I.RUN_DURATION, labels, trace_id, root_id, seconds)
+            if run.feedback is not None and self._count_feedback:
+                # Exported with its rating: counted here, once; later changes count in feedback_sent.
+                self._get(I.FEEDBACK).add(1, I.FEEDBACK.labelled(self._feedback.label_of(run.feedback) or OTHER, intent))
+            if run.total_token_count:
+                self._get(I.RUN_TOKENS).add(max(run.total_token_count, 0), I.RUN_TOKENS.labelled(intent))
+            for tool in exported.tools:
+                self._record_tool(tool, trace_id, tool_span_id_for(run.run_id, tool.id))
+            if exported.settled_at is not None:
+                self._get(I.EXPORT_DELAY).record(max(acked_at - exported.settled_at - self._settle, 0.0))
+        # Only what the receiver took: rejected and dropped spans have counters of their own.
+        self._get(I.EXPORTED_SPANS).add(result.accepted_spans)
+        if result.rejected_spans:
+            self._get(I.REJECTED_SPANS).add(result.rejected_spans)
+
+    def _record_tool(self, tool, trace_id: bytes, span_id: bytes) -> None:
+        name = label(tool.tool_name)
+        success = label(tool.success)
+        layer = label(tool.retrieval_layer, RETRIEVAL_LAYERS)
+        relevance = label(tool.relevance_level, RELEVANCE_LEVELS)
+        context = span_context(trace_id, span_id)
+        invocations = I.TOOL_INVOCATIONS.labelled(name, layer, relevance, success)
+        self._get(I.TOOL_INVOCATIONS).add(1, invocations, context=context)
+        if tool.success is False:
+            self._exemplars.record(I.TOOL_INVOCATIONS, invocations, trace_id, span_id)
+        if tool.duration_ms is not None and 0 <= tool.duration_ms <= MAX_DURATION_MS:
+            seconds, labels = tool.duration_ms / 1000, I.TOOL_DURATION.labelled(name, layer, success)
+            self._get(I.TOOL_DURATION).record(seconds, labels, context=context)
+            self._exemplars.record(I.TOOL_DURATION, labels, trace_id, span_id, seconds)
+        for layer_name, count in (("L0", tool.l0_match_count), ("L1", tool.l1_match_count)):
+            if count and count > 0:
+                self._get(I.RAG_MATCHES).add(count, I.RAG_MATCHES.labelled(layer_name, name))
+        if tool.dedup_reason is not None:
+            self._get(I.DEDUP).add(1, I.DEDUP.labelled(label(tool.dedup_reason), name))
+        if tool.retrieval_layer is not None and not (tool.l0_match_count or 0) and not (tool.l1_match_count or 0):
+            self._get(I.ZERO_MATCH).add(1, I.ZERO_MATCH.labelled(layer, name))
+
+    def feedback_sent(self, rows) -> None:
+        for row in rows:
+            feedback = self._feedback.label_of(row.feedback) or OTHER
+            self._get(I.FEEDBACK).add(1, I.FEEDBACK.labelled(feedback, label(row.intent, INTENTS)))
+
+    def spans_dropped(self, reason: str, count: int) -> None:
+        self._get(I.DROPPED_SPANS).add(count, I.DROPPED_SPANS.labelled(reason))
+
+    def export_failed(self) -> None:
+        self._get(I.EXPORT_FAILURES).add(1)
+
+    def poll_finished(self, seconds: float, ok: bool, pending: int) -> None:
+        self._get(I.POLL_DURATION).record(seconds, I.POLL_DURATION.labelled("ok" if ok else "error"))
+        with self._lock:
+            self.last_poll_ok = ok
+            if ok:
+                self.last_success = time.time()
+                self._get(I.LAST_SUCCESS).set(self.last_success)
+            # Set on a failed poll too (the checkpoint's count), so a first deploy that never succeeds shows it.
+            self._get(I.PENDING_RUNS).set(pending)
+
+    def backlog(self, runs: int, seconds: float | None) -> None:
+        self._get(I.BACKLOG_RUNS).set(runs, I.BACKLOG_RUNS.labelled(self._shard))
+        if seconds is not None:
+            self._get(I.LAG).set(seconds, I.LAG.labelled(self._shard))
+
+    def checkpoint_ahead(self, runs: int) -> None:
+        self.checkpoint_ahead_runs = runs
+        self._get(I.CHECKPOINT_AHEAD).set(runs, I.CHECKPOINT_AHEAD.labelled(self._shard))
+
+    def set_standby(self, standby: bool) -> None:
+        self.standby = standby
+        self._get(I.STANDBY).set(1 if standby else 0)
+
+    def row_warnings(self, count: int) -> None:
+        self._get(I.ROW_WARNINGS).add(count)
+
+    def shutdown(self) -> None:
+        self.provider.shutdown()
+
+
+class HealthServer:
+    """/metrics (Prometheus text), /healthz (alive) and /readyz (ready) on one port."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        registry: CollectorRegistry | None,
+        ready: Callable[[], tuple[bool, str]],
+        alive: Callable[[], tuple[bool, str]] = lambda: (True, "ok"),
+    ):
+        handler = _handler(registry, ready, alive)
+        self._server = ThreadingHTTPServer((host, port), handler)
+        self._server.daemon_threads = True
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, name="run-otel-http", daemon=True)
+
+    def start(self) -> HealthServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def _handler(registry: CollectorRegistry | None, ready: Callable[[], tuple[bool, str]], alive: Callable[[], tuple[bool, str]]):
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics" and registry is not None:
+                # prometheus_client's own negotiation: OpenMetrics when the scraper asks for it.
+                encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
+                self._reply(200, encoder(registry), content_type)
+            elif path == "/healthz":
+                is_alive, why = alive()
+                self._reply(200 if is_alive else 503, (why + "\n").encode())
+            elif path == "/readyz":
+                is_ready, why = ready()
+                self._reply(200 if is_ready else 503, (why + "\n").encode())
+            else:
+                self._reply(404, b"not found\n")
+
+        def _reply(self, code: int, body: bytes, content_type: str = "text/plain; charset=utf-8"):
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_args):  # scrapes every few seconds would flood the log
+            pass
+
+    return Handler
+
+
+def readiness(metrics: BridgeMetrics, interval: float, clock: Callable[[], float] = time.time) -> Callable[[], tuple[bool, str]]:
+    """Ready when the last poll succeeded and it was within three poll intervals."""
+
+    def ready() -> tuple[bool, str]:
+        if metrics.standby:
+            return True, "ready: standby, another instance holds the lease"
+        if metrics.checkpoint_ahead_runs:
+            return False, f"not ready: the checkpoint is {metrics.checkpoint_ahead_runs} run ids ahead of the source; see the log"
+        if not metrics.last_poll_ok:
+            return False, "not ready: the last poll failed or none has finished yet"
+        age = clock() - metrics.last_success
+        if age > 3 * interval:
+            return False, f"not ready: last successful poll {age:.0f}s ago"
+        return True, "ready"
+
+    return ready
+
+
+def build_metrics(config: Config) -> BridgeMetrics:
+    """The metrics with the readers the config asks for (pull, push, or both)."""
+    readers: list[MetricReader] = []
+    registry = None
+    exemplars = ExemplarStore()
+    if config.metrics.prometheus:
+        # The SDK's families go to a registry of their own; the served one adds their exemplars.
+        sdk_families = CollectorRegistry(auto_describe=True)
+        readers.append(PrometheusMetricReader(registry=sdk_families))
+        registry = CollectorRegistry()
+        registry.register(ExemplarCollector(sdk_families, exemplars))
+    if config.metrics.otlp:
+        readers.append(
+            PeriodicExportingMetricReader(_otlp_metric_exporter(config), int(config.metrics.otlp_interval_seconds * 1000))
+        )
+    return BridgeMetrics(config, readers, registry, exemplars)
+
+
+def _otlp_metric_exporter(config: Config):
+    endpoint = config.export_endpoint()
+    if config.export.protocol == "http/protobuf":
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpExporter
+
+        return HttpExporter(endpoint=endpoint.rstrip("/") + "/v1/metrics", headers=config.export.headers)
+    from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcExporter
+
+    return GrpcExporter(endpoint=endpoint, insecure=config.export.insecure, headers=config.export.headers or None)
