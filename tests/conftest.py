@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from servers import MariaDB, Receiver, Rotel
+from servers import MariaDB, Receiver, Rotel, ServerGate
 from sqlalchemy import text
 
 from run_otel.config import Config, build_config
@@ -21,6 +21,22 @@ _counter = itertools.count()
 
 # The drivers the suite runs on MariaDB: PyMySQL, and mysql-connector-python's C extension.
 DRIVERS = ("pymysql", "mysqlconnector")
+
+
+# The fixtures that start a server: a test that uses one is marked ``server`` here, so the fast
+# loop (pytest -m "not server") leaves it out. A test that starts one itself carries the mark.
+SERVER_FIXTURES = frozenset({"mariadb", "agent_db", "private_mariadb", "otlp", "stack"})
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.server)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    ServerGate.open = item.get_closest_marker("server") is not None
 
 
 @pytest.fixture

@@ -52,7 +52,21 @@ def stop_process(process: subprocess.Popen | None, timeout: float) -> None:
             process.wait()
 
 
+class ServerGate:
+    """Keeps the ``server`` marker honest: a test that starts a server or runs a program the test
+    command installs without the marker fails at once, so ``pytest -m "not server"`` never waits
+    on one. conftest opens the gate for each marked test."""
+
+    open = True  # outside pytest (a script importing these helpers), nothing is gated
+
+    @classmethod
+    def need(cls, what: str) -> None:
+        if not cls.open:
+            raise RuntimeError(f"this test uses {what}: mark it @pytest.mark.server (or use a server fixture)")
+
+
 def _binary(*names: str) -> str:
+    ServerGate.need(names[0])
     for name in names:
         for folder in ("/usr/sbin", "/usr/bin", "/usr/local/bin"):
             path = Path(folder) / name
@@ -331,6 +345,7 @@ class Rotel:
 
     @staticmethod
     def binary() -> str:
+        ServerGate.need("rotel")
         import rotel
 
         return str(Path(rotel.__file__).parent / "rotel-agent")
@@ -449,8 +464,13 @@ class Prometheus:
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def promtool() -> str:
+    return _binary("promtool")
+
+
 def peer_binary(name: str) -> str:
     """A Go test peer built by scripts/peers.sh (the README's test command runs it)."""
+    ServerGate.need(name)
     path = ROOT / ".peers" / "bin" / name
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: run scripts/peers.sh, which the README's test command runs")
@@ -577,6 +597,7 @@ class Phoenix:
     def start(self) -> None:
         import sys
 
+        ServerGate.need("Phoenix")
         log = (self.base / "phoenix.log").open("ab")
         env = {
             **os.environ,

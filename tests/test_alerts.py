@@ -3,18 +3,19 @@ silent on low traffic and on a spike shorter than its `for:`."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
+from servers import promtool
 
 from run_otel.generate.alert_cases import SCENARIOS
 
+pytestmark = pytest.mark.server  # every test here runs promtool
+
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "config" / "prometheus" / "alerts.yml"
-PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 
 def _descriptions() -> dict[str, str]:
     rules = yaml.safe_load(RULES.read_text())
@@ -25,14 +26,14 @@ TESTS = ROOT / "config" / "prometheus" / "alerts_test.yml"
 
 
 def test_rules_pass_promtool_check():
-    done = subprocess.run([PROMTOOL, "check", "rules", str(RULES)], capture_output=True, text=True)
+    done = subprocess.run([promtool(), "check", "rules", str(RULES)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"SUCCESS: {len(_descriptions())} rules found" in done.stdout
 
 
 def test_every_alert_fires_and_stays_silent_under_promtool():
     """The committed rule tests, as an SRE runs them: promtool test rules alerts_test.yml."""
-    done = subprocess.run([PROMTOOL, "test", "rules", TESTS.name], capture_output=True, text=True, cwd=TESTS.parent)
+    done = subprocess.run([promtool(), "test", "rules", TESTS.name], capture_output=True, text=True, cwd=TESTS.parent)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "SUCCESS" in done.stdout
 
@@ -79,7 +80,7 @@ def test_a_breach_is_not_firing_before_its_for(tmp_path):
             }
         )
     )
-    done = subprocess.run([PROMTOOL, "test", "rules", str(path)], capture_output=True, text=True)
+    done = subprocess.run([promtool(), "test", "rules", str(path)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -97,5 +98,5 @@ def test_promtool_would_catch_a_wrong_expectation(tmp_path, alert):
             }
         )
     )
-    done = subprocess.run([PROMTOOL, "test", "rules", str(path)], capture_output=True, text=True)
+    done = subprocess.run([promtool(), "test", "rules", str(path)], capture_output=True, text=True)
     assert done.returncode != 0

@@ -8,18 +8,17 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import yaml
+from servers import promtool
 
 from run_otel.telemetry import instruments as I
 
 ROOT = Path(__file__).resolve().parent.parent
-PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 DATASOURCE_UIDS = {"$datasource", "${datasource}", "$prometheus_datasource", "${prometheus_datasource}"}
 # Grafana's unit ids that these dashboards may use (a subset of the linter's list).
 UNITS = {"short", "none", "percent", "percentunit", "s", "ms", "reqps", "ops", "cps", "bytes", "decbytes"}
@@ -209,12 +208,13 @@ def filled(expr: str) -> str:
     return expr
 
 
+@pytest.mark.server
 def test_every_query_parses(tmp_path):
     exprs = [filled(t["expr"]) for board in boards().values() for _p, t in targets(board)]
     assert "$" not in "".join(exprs)
     path = tmp_path / "queries.yml"
     path.write_text(yaml.safe_dump({"groups": [{"name": "dashboards", "rules": [{"record": f"q:{i}", "expr": e} for i, e in enumerate(exprs)]}]}))
-    done = subprocess.run([PROMTOOL, "check", "rules", str(path)], capture_output=True, text=True)
+    done = subprocess.run([promtool(), "check", "rules", str(path)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
 
 

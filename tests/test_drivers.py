@@ -78,6 +78,7 @@ def test_the_c_driver_maps_every_row_to_the_same_bytes_as_pymysql(agent_db, capt
     assert spans == reference
 
 
+@pytest.mark.slow
 def test_a_c_driver_that_did_not_load_is_named_in_a_warning():
     # Phoenix's pytest plugin uses up glibc's static TLS space, so the C extension then
     # fails to load: a real case of the quiet fall-back to pure Python.

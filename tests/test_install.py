@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 from pathlib import Path
 
+import pytest
 from otlp_helpers import parse_otlp_json
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,6 +35,7 @@ def fresh_copy(target: Path) -> Path:
     return target
 
 
+@pytest.mark.slow
 def test_the_readme_first_command_works_on_a_fresh_copy(tmp_path):
     checkout = fresh_copy(tmp_path / "run-otel")
     # The newcomer's own shell: their PATH and python3, none of this test run's virtualenv.

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from servers import ROOT, _binary, validate_config
 
+pytestmark = pytest.mark.server  # every test here runs the Go peers and promtool
+
 CONFIG = ROOT / "config"
 
 SHIPPED = [
