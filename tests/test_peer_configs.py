@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from servers import ROOT, _binary, validate_config
+from servers import ROOT, promtool, validate_config
 
 pytestmark = pytest.mark.server  # every test here runs the Go peers and promtool
 
@@ -40,7 +40,7 @@ def test_the_shipped_config_loads_and_a_typo_in_it_does_not(program, config, cha
 
 
 def promtool_check(config: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([_binary("promtool"), "check", "config", str(config)], capture_output=True, text=True, timeout=60)
+    return subprocess.run([promtool(), "check", "config", str(config)], capture_output=True, text=True, timeout=60)
 
 
 def test_prometheus_config_and_its_rules_load_in_promtool(tmp_path):

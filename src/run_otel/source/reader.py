@@ -186,19 +186,21 @@ _TIMEOUT_ERRORS = {1969: "max_statement_time", 3024: "max_execution_time", 1205:
 # dropped network): 2003 cannot connect, 2006 server has gone away, 2013 lost during
 # a query (also the read-timeout backstop's), 2055 mysql-connector's lost connection.
 _CONNECTION_ERRORS = frozenset({2003, 2006, 2013, 2055})
-# mysql-connector's C extension raises its own MySQLInterfaceError from rollback()
-# without wrapping it, and SQLAlchemy re-raises what is not a DB-API error as it is:
-# a server that goes away between a read and the connection's release would end a
-# backfill with a traceback instead of the wait every other lost connection gets.
+# The same, in the words of an error that carries no code.
 _LOST_WORDS = ("Lost connection to", "MySQL server has gone away", "Can't connect to")
 
 
 def _unwrapped_driver_errors() -> tuple[type[Exception], ...]:
+    """mysql-connector's C extension raises its own MySQLInterfaceError from rollback()
+    without wrapping it, and SQLAlchemy re-raises what is not a DB-API error as it is: a
+    server gone between a read and the connection's release would otherwise end a
+    backfill with a traceback instead of the wait every other lost connection gets."""
     try:
         from _mysql_connector import MySQLInterfaceError
     except ImportError:
         return ()
     return (MySQLInterfaceError,)
+
 
 _NO_SUCH_FUNCTION = 1305  # MySQL/MariaDB: FUNCTION ... does not exist
 _TLS_FAILED = 2026  # the client's "SSL connection error", often with only OpenSSL's own words
@@ -259,6 +261,12 @@ class Source:
         values = [*row[:at], summary, *row[at + DATABASE_COLUMN_COUNT :]]
         return ToolRow(*values)
 
+    def _lost(self, reason: object) -> ConnectionLost:
+        return ConnectionLost(
+            f"database {self.describe()}: lost the connection (the server restarted or went away, "
+            f"or the network dropped it): {reason}"
+        )
+
     def _fetch(self, statement) -> list:
         try:
             with self.engine.connect() as conn:
@@ -266,10 +274,7 @@ class Source:
         except self._unwrapped_errors as exc:
             code = getattr(exc, "errno", None)
             if code in _CONNECTION_ERRORS or str(exc).startswith(_LOST_WORDS):
-                raise ConnectionLost(
-                    f"database {self.describe()}: lost the connection (the server restarted or went away, "
-                    f"or the network dropped it): {exc}"
-                ) from None
+                raise self._lost(exc) from None
             raise SourceError(f"database {self.describe()}: {exc}") from None
         except SQLAlchemyError as exc:
             reason = getattr(exc, "orig", None) or exc.__class__.__name__
@@ -277,10 +282,7 @@ class Source:
             # SQLAlchemy's own disconnect test knows each driver's words for it, such as
             # mysql-connector's "MySQL Connection not available" with no error code.
             if code in _CONNECTION_ERRORS or getattr(exc, "connection_invalidated", False):
-                raise ConnectionLost(
-                    f"database {self.describe()}: lost the connection (the server restarted or went away, "
-                    f"or the network dropped it): {reason}"
-                ) from None
+                raise self._lost(reason) from None
             if code in _TIMEOUT_ERRORS:
                 reason = (
                     f"a statement ran past source.statement_timeout_seconds ({self._statement_timeout:g}s; "
