@@ -1,11 +1,14 @@
-"""Writes the generated artefacts: dashboards/*.json, config/prometheus/alerts.yml and
-the compose stack's demo workload, deploy/mysql/03-demo-workload.sql.
+"""Writes the generated artefacts: dashboards/*.json, config/prometheus/alerts.yml (and
+its promtool tests), the compose stack's demo workload, deploy/mysql/03-demo-workload.sql,
+and the reference table in docs/configuration.md.
 
     .venv/bin/python scripts/generate.py          # rewrite them
     .venv/bin/python scripts/generate.py --check  # exit 1 if any is stale
 
-Both come from src/run_otel/telemetry/instruments.py, so a metric renamed there is
-renamed everywhere.
+Dashboards and alerts come from src/run_otel/telemetry/instruments.py, so a metric
+renamed there is renamed everywhere. The configuration reference comes from
+src/run_otel/example.toml, what `run-otel config --example` prints (config/run-otel.toml
+is a link to that file).
 """
 
 from __future__ import annotations
@@ -14,17 +17,20 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parent.parent
+# Generate from this checkout's sources, whichever copy of run_otel is installed.
+sys.path.insert(0, str(ROOT / "src"))
+
 import yaml
 
 from run_otel.generate.alert_cases import promtool_tests
 from run_otel.generate.alerts import rules
+from run_otel.generate.config_reference import config_reference, splice
 from run_otel.generate.dashboards import DASHBOARDS, render
 from run_otel.ops.demo import generate, workload_sql
 
 # A fixed anchor keeps the file stable; its times are written relative to NOW().
 DEMO_ANCHOR = datetime(2026, 1, 1)
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 class _Dumper(yaml.SafeDumper):
@@ -49,11 +55,21 @@ def alert_tests_yaml() -> str:
     return header + yaml.dump(promtool_tests(rules()), Dumper=_Dumper, sort_keys=False, width=120, allow_unicode=True)
 
 
+EXAMPLE = ROOT / "src" / "run_otel" / "example.toml"
+CONFIGURATION_DOC = ROOT / "docs" / "configuration.md"
+
+
+def configuration_doc() -> str:
+    """docs/configuration.md with its reference table made from example.toml."""
+    return splice(CONFIGURATION_DOC.read_text(encoding="utf-8"), config_reference(EXAMPLE.read_text(encoding="utf-8")))
+
+
 def artefacts() -> dict[Path, str]:
     files = {ROOT / "dashboards" / name: render(factory) for name, factory in DASHBOARDS.items()}
     files[ROOT / "config" / "prometheus" / "alerts.yml"] = alerts_yaml()
     files[ROOT / "config" / "prometheus" / "alerts_test.yml"] = alert_tests_yaml()
     files[ROOT / "deploy" / "mysql" / "03-demo-workload.sql"] = workload_sql(generate(42, 300, DEMO_ANCHOR), DEMO_ANCHOR)
+    files[CONFIGURATION_DOC] = configuration_doc()
     return files
 
 

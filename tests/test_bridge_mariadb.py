@@ -21,7 +21,7 @@ from run_otel.source.schema import diagnosis_run
 PROTOCOLS = ["grpc", "http/protobuf"]
 TERMINAL = ("SUCCESS", "FALLBACK", "FAILED", "CANCELLED")
 # OTLP status code of the root per outcome: OK 1, ERROR 2. A trace list marks only errors, so
-# FALLBACK and CANCELLED are errors too, told from FAILED by error.type (README).
+# FALLBACK and CANCELLED are errors too, told from FAILED by error.type (docs/mapping.md).
 ROOT_STATUS = {"SUCCESS": 1, "FAILED": 2, "FALLBACK": 2, "CANCELLED": 2}
 
 

@@ -71,10 +71,10 @@ def _metric_tokens(expr: str) -> set[str]:
     )
 
 
-def test_readme_lists_every_metric():
-    readme = (ROOT / "README.md").read_text()
+def test_the_operations_doc_lists_every_metric():
+    doc = (ROOT / "docs/operations.md").read_text()  # its metrics table
     for instrument in I.ALL:
-        assert f"`{instrument.prometheus}`" in readme, instrument.prometheus
+        assert f"`{instrument.prometheus}`" in doc, instrument.prometheus
 
 
 def test_tool_latencies_under_100ms_fall_in_different_buckets():
@@ -194,3 +194,59 @@ def test_rag_dashboard_shows_retrieval_over_time_and_links_to_runs_and_traces():
     assert 'status="FALLBACK"' in beside and 'status="FAILED"' in beside and I.ZERO_MATCH.prometheus in beside
     links = [link["url"] for link in board["links"]]
     assert "/d/run-otel-runs" in links and any("traceql" in url and "%24%7B__from%7D" not in url for url in links)
+
+
+DOCS = ["README.md", "CONTRIBUTING.md", "CHANGELOG.md", "bench/README.md", *sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md"))]
+
+
+def _prose(path: Path) -> list[str]:
+    """The file's lines outside fenced code blocks."""
+    lines, fenced = [], False
+    for line in path.read_text().splitlines():
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        elif not fenced:
+            lines.append(line)
+    return lines
+
+
+def _anchors(path: Path) -> set[str]:
+    """GitHub's heading ids: lower case, punctuation dropped, spaces to hyphens, -1, -2 for repeats."""
+    import re
+
+    seen: dict[str, int] = {}
+    for line in _prose(path):
+        if match := re.match(r"#{1,6}\s+(.*?)\s*#*\s*$", line):
+            slug = re.sub(r"[^\w\- ]", "", match[1].lower()).replace(" ", "-")
+            seen[slug] = seen.get(slug, -1) + 1
+            if seen[slug]:
+                seen[f"{slug}-{seen[slug]}"] = 0
+    return set(seen)
+
+
+def test_every_relative_link_in_the_docs_opens_a_file_and_a_heading_there():
+    import re
+
+    broken = []
+    for name in DOCS:
+        source = ROOT / name
+        text = "\n".join(re.sub(r"`[^`]*`", "", line) for line in _prose(source))
+        for target in re.findall(r"\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            file, _, anchor = target.partition("#")
+            path = (source.parent / file).resolve() if file else source
+            if not path.exists():
+                broken.append(f"{name}: {target} (no such file)")
+            elif anchor and (path.suffix != ".md" or anchor not in _anchors(path)):
+                broken.append(f"{name}: {target} (no such heading)")
+    assert not broken, "\n".join(broken)
+
+
+def test_the_anchor_rule_is_githubs():
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        page = Path(tmp) / "page.md"
+        page.write_text("# Run it: the `demo`\n```sh\n# not a heading\n```\n## Tests\n## Tests\n### A RAG lookup is a `retrieval` span\n")
+        assert _anchors(page) == {"run-it-the-demo", "tests", "tests-1", "a-rag-lookup-is-a-retrieval-span"}

@@ -56,6 +56,6 @@ def test_the_readme_first_command_works_on_a_fresh_copy(tmp_path):
     for run_id, status in runs.items():
         root = roots[run_id[4:].replace("-", "")]
         assert root.span_id == hashlib.sha256(f"run:{run_id}".encode()).digest()[:8]
-        assert root.status.code == (1 if status == "SUCCESS" else 2)  # OK, else ERROR (README: outcomes)
+        assert root.status.code == (1 if status == "SUCCESS" else 2)  # OK, else ERROR (docs/mapping.md: outcomes)
     children = {s.span_id: s for s in spans if s.parent_span_id}
     assert set(children) == {hashlib.sha256(f"tool_invocation:{r}:{i}".encode()).digest()[:8] for r, i in tools}

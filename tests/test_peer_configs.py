@@ -16,7 +16,7 @@ CONFIG = ROOT / "config"
 SHIPPED = [
     ("otelcol", CONFIG / "otel-collector.yaml", ("send_batch_size:", "send_batch_sise:"), "send_batch_sise"),
     ("otelcol-gateway", CONFIG / "otel-gateway.yaml", ("routing_key:", "routing_kee:"), "routing_kee"),
-    # The resolver's port is a string: the README's snippet had it unquoted, which does not load.
+    # The resolver's port is a string: the documented snippet had it unquoted, which does not load.
     ("otelcol-gateway", CONFIG / "otel-gateway.yaml", ('port: "4317"', "port: 4317"), "port"),
     ("jaeger", CONFIG / "jaeger.yaml", ("max_traces:", "max_trace:"), "max_trace"),
 ]

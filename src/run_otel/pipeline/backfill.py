@@ -100,5 +100,5 @@ def where_to_find(first_trace: str, last_trace: str) -> list[str]:
         "Jaeger: open them by trace id, or search the window above.",
         "Tempo: open them by trace id. Its search finds spans older than "
         "storage.trace.wal.ingestion_time_range_slack (default 2m) only when that was raised "
-        "before the backfill; see the README's Backfill section.",
+        "before the backfill; see docs/operations.md, Backfill.",
     ]
