@@ -297,12 +297,14 @@ def measure_sdk_baseline(url: str, receiver: CountingReceiver, batch_size: int =
     from opentelemetry.trace import Status, StatusCode
 
     from run_otel.config import build_config
-    from run_otel.mapping.spans import STATUS_ERROR, Mapper
+    from run_otel.factory import build_mapper
+    from run_otel.mapping.spans import STATUS_ERROR
     from run_otel.source.reader import Source
 
     receiver.reset()
     config = build_config({"source": {"url": url}})
-    source, mapper = Source(config), Mapper(config)
+    source = Source(config)
+    mapper = build_mapper(config, source.clock)
     exporter = OTLPSpanExporter(endpoint=receiver.endpoint, insecure=True)
     sdk_resource = Resource.create({"service.name": "diagnosis-agent"})
     scope = InstrumentationScope("run_otel", "bench")
@@ -380,7 +382,7 @@ def _connect(server: MariaDB, database: str, driver: str):
 
 def measure_raw_read(server: MariaDB, database: str, driver: str = "pymysql", batch_size: int = 500) -> dict:
     """The bridge's statements and columns through the same driver, rows discarded: the read limit."""
-    from run_otel.source.reader import RUN_COLUMNS, TOOL_COLUMNS
+    from run_otel.source.columns import RUN_COLUMNS, TOOL_COLUMNS
 
     conn = _connect(server, database, driver)
     rows = 0
@@ -407,10 +409,11 @@ def measure_raw_read(server: MariaDB, database: str, driver: str = "pymysql", ba
 
 def measure_idle_poll(tmp: Path, url: str, reps: int = 30) -> dict:
     from run_otel.config import load_config
-    from run_otel.factory import build_poller
+    from run_otel.factory import build_parts, build_poller
 
     config = load_config(_config_file(tmp, url, "127.0.0.1:1", poll={"start_from": "now"}), environ={})
-    poller = build_poller(config)
+    parts = build_parts(config)
+    poller = build_poller(parts)
     poller.poll()  # the first poll sets the checkpoint at the top of the table
     times = []
     for _ in range(reps):
@@ -418,20 +421,20 @@ def measure_idle_poll(tmp: Path, url: str, reps: int = 30) -> dict:
         result = poller.poll()
         times.append(time.perf_counter() - started)
         assert not result.runs
-    poller.source.close()
+    parts.close()
     return {"median_ms": statistics.median(times) * 1000, "p90_ms": sorted(times)[int(reps * 0.9)] * 1000}
 
 
 def measure_feedback_pass(tmp: Path, url: str, receiver: CountingReceiver, window_days: int, reps: int = 10) -> dict:
     """One feedback recheck over ``window_days`` of a 1M-row table: the first (sends every rating) and the steady state."""
     from run_otel.config import load_config
-    from run_otel.factory import build_feedback, build_poller
+    from run_otel.factory import build_feedback, build_parts
     from run_otel.pipeline.checkpoint import Checkpoint
 
     config = load_config(_config_file(tmp, url, receiver.endpoint, feedback={"window_seconds": window_days * 86400}), environ={})
-    poller = build_poller(config)
-    poller.store.save(Checkpoint(high_water=poller.source.max_run_id()), time.time())
-    feedback = build_feedback(config, poller)
+    parts = build_parts(config)
+    parts.store.save(Checkpoint(high_water=parts.source.max_run_id()), time.time())
+    feedback = build_feedback(parts)
     assert feedback is not None
     started = time.perf_counter()
     first = feedback.run()
@@ -442,7 +445,7 @@ def measure_feedback_pass(tmp: Path, url: str, receiver: CountingReceiver, windo
         again = feedback.run()
         times.append(time.perf_counter() - started)
         assert again.sent == 0 and again.rated == first.rated
-    poller.source.close()
+    parts.close()
     return {"window_days": window_days, "rated_in_window": first.rated, "first_pass_ms": first_s * 1000,
             "steady_pass_median_ms": statistics.median(times) * 1000}
 

@@ -15,7 +15,7 @@ from servers import MariaDB, Receiver, Rotel, ServerGate
 from sqlalchemy import text
 
 from run_otel.config import Config, build_config
-from run_otel.source.reader import make_engine
+from run_otel.source.engine import make_engine
 
 _counter = itertools.count()
 

@@ -11,8 +11,8 @@ from datetime import timedelta
 from conftest import bridge_config, utc_now_naive
 from servers import wait_for
 
-from run_otel.factory import build_poller
-from run_otel.pipeline.poller import Recorder
+from run_otel.factory import build_parts, build_poller
+from run_otel.pipeline.results import Recorder
 
 OLD = utc_now_naive() - timedelta(hours=2)
 
@@ -122,7 +122,7 @@ def test_bad_rows_are_exported_with_warnings_and_block_nothing(agent_db, otlp, t
     caplog.set_level(logging.WARNING)
     recorder = CountingRecorder()
     config = bridge_config(agent_db, tmp_path, otlp.endpoint("grpc"), content={"capture": True})
-    poller = build_poller(config, recorder=recorder)
+    poller = build_poller(build_parts(config, recorder=recorder))
     poller.poll()
     exported = set(recorder.run_ids)
 

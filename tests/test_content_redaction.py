@@ -13,7 +13,7 @@ from servers import Receiver
 from sqlalchemy import insert
 from test_redaction import SECRETS
 
-from run_otel.factory import build_poller
+from run_otel.factory import build_parts, build_poller
 from run_otel.source.schema import diagnosis_run, tool_invocation
 
 # Credentials as JSON values, the way tool arguments and results carry them.
@@ -58,7 +58,7 @@ def test_every_content_path_is_redacted_with_the_error_message_corpus(agent_db, 
             agent_db, tmp_path, receiver.endpoint,
             content={"capture": True, "max_length": 8192}, trace={"conventions": ["gen_ai", "openinference"]},
         )
-        build_poller(config).poll()
+        build_poller(build_parts(config)).poll()
         spans = receiver.spans()
     finally:
         receiver.stop()

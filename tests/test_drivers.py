@@ -16,7 +16,7 @@ from test_bad_rows import seed_corpus
 
 from run_otel.config import build_config
 from run_otel.export.encoding import FastEncoder
-from run_otel.mapping.spans import Mapper
+from run_otel.factory import build_mapper
 from run_otel.source.reader import ConnectionLost, Source
 from run_otel.telemetry.logs import configure_logging
 
@@ -48,7 +48,8 @@ def _seed_usual_runs(agent_db, runs: int = 40) -> None:
 
 def _spans_and_warnings(url: str, **source) -> tuple[list[bytes], list[str], str]:
     config = build_config({"source": {"url": url, **source.pop("source", {})}, **source})
-    reader, mapper, encoder = Source(config), Mapper(config), FastEncoder({})
+    reader, encoder = Source(config), FastEncoder({})
+    mapper = build_mapper(config, reader.clock)
     driver = type(reader.engine.raw_connection().driver_connection).__name__
     runs = reader.runs_after(0, 10_000)
     tools = reader.tools_for(r.run_id for r in runs)
@@ -87,7 +88,7 @@ def test_a_c_driver_that_did_not_load_is_named_in_a_warning():
         "assert not mysql.connector.HAVE_CEXT\n"
         "logging.basicConfig(level=logging.WARNING)\n"
         "from sqlalchemy.engine import make_url\n"
-        "from run_otel.source.reader import make_engine\n"
+        "from run_otel.source.engine import make_engine\n"
         "make_engine(make_url('mysql+mysqlconnector://u:p@127.0.0.1:1/d'))\n"
     )
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from run_otel.config import build_config
 from run_otel.export.encoding import FastEncoder
 from run_otel.factory import build_mapper
+from run_otel.source.clock import SourceClock
 from run_otel.source.evidence import Evidence
 from run_otel.source.reader import Source
 
@@ -72,7 +73,7 @@ def test_the_database_summary_maps_to_the_same_spans_and_warnings_as_parsing(age
     parsed = [tool._replace(retrieval_details=text) for tool, text in zip(summarized, details)]
     for conventions in (["gen_ai"], ["gen_ai", "openinference"]):
         config = build_config({"source": {"url": agent_db.url}, "trace": {"conventions": conventions}})
-        mapper, encoder = build_mapper(config), FastEncoder({})
+        mapper, encoder = build_mapper(config, SourceClock(config.source.timezone)), FastEncoder({})
         run = _run(run_id)
         from_database, from_python = mapper.map_run(run, summarized), mapper.map_run(run, parsed)
         assert from_database.warnings == from_python.warnings

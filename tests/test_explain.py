@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import io
 from datetime import timedelta
 
 from conftest import bridge_config, utc_now_naive
-from rich.console import Console
 from sqlalchemy import Engine, event
 
-from run_otel.cli.render import print_trace
-from run_otel.factory import build_poller
+from run_otel.factory import build_backfill, build_parts, build_poller
 from run_otel.ops.demo import generate, insert_workload
+from run_otel.ops.operations import run_trace
 
 
 def test_no_statement_scans_a_table(agent_db, otlp, tmp_path):
@@ -30,13 +28,14 @@ def test_no_statement_scans_a_table(agent_db, otlp, tmp_path):
 
     event.listen(Engine, "before_cursor_execute", record)
     try:
-        poller = build_poller(config)
+        parts = build_parts(config)
+        poller = build_poller(parts)
         poller.poll()  # polling and the tool fetch
         poller.poll()  # rechecks of pending runs and gaps
-        source = poller.source
+        source = parts.source
         first = source.first_id_created_at_or_after(utc_now_naive() - timedelta(minutes=30))  # backfill probes
-        poller.backfill(first, first + 300)
-        print_trace(Console(file=io.StringIO()), config, source, workload.runs[10]["run_id"])  # show
+        build_backfill(parts).run(first, first + 300)
+        assert run_trace(config, source, workload.runs[10]["run_id"]) is not None  # show
     finally:
         event.remove(Engine, "before_cursor_execute", record)
 

@@ -16,7 +16,7 @@ from test_feedback import attrs, feedback_spans, rate
 from test_trust_mariadb import add_runs
 
 from run_otel.config import FeedbackConfig
-from run_otel.factory import build_feedback, build_poller
+from run_otel.factory import build_feedback, build_parts, build_poller
 from run_otel.generate.alerts import negative_feedback_rule
 from run_otel.ops.check import WARN, run_checks
 from run_otel.telemetry.metrics import build_metrics
@@ -54,11 +54,11 @@ def test_common_vocabularies_are_mapped_and_reach_the_alert(agent_db, receiver, 
     traces = add_runs(agent_db, ["UTC_TIMESTAMP() - INTERVAL 10 MINUTE"] * len(values))
     config = bridge_config(agent_db, tmp_path, receiver.endpoint)
     metrics = build_metrics(config)
-    poller = build_poller(config, recorder=metrics)
-    poller.poll()
+    parts = build_parts(config, recorder=metrics)
+    build_poller(parts).poll()
     for trace, value in zip(traces, values):  # rated after the export: sent by the feedback pass
         rate(agent_db, [f"run-{uuid.UUID(trace)}"], value)
-    feedback = build_feedback(config, poller, recorder=metrics)
+    feedback = build_feedback(parts)
     with caplog.at_level(logging.WARNING):
         feedback.run()
         feedback.run()  # a second pass over the same values warns no more

@@ -163,7 +163,7 @@ def test_tool_duration_is_labelled_by_retrieval_layer():
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
     from run_otel.config import build_config
-    from run_otel.pipeline.poller import ExportedRun, PollResult
+    from run_otel.pipeline.results import ExportedRun, PollResult
     from run_otel.source.rows import RunRow, ToolRow
     from run_otel.telemetry.metrics import BridgeMetrics
 

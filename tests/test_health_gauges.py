@@ -17,9 +17,9 @@ from test_metrics_live import NOT_YET, filled, http_status, panels, scalar, star
 
 from run_otel.config import build_config
 from run_otel.export.sinks import JsonFileSink
-from run_otel.factory import build_poller
+from run_otel.factory import build_parts, build_poller
 from run_otel.ops.demo import generate, insert_workload
-from run_otel.source.reader import make_engine
+from run_otel.source.engine import make_engine
 from run_otel.telemetry import instruments as I
 from run_otel.telemetry.metrics import build_metrics
 
@@ -47,7 +47,7 @@ def test_no_runs_yet_is_a_backlog_and_lag_of_zero(tmp_path):
     config = _config(tmp_path)
     insert_workload(make_engine(make_url(config.source.url)), generate(1, 0, anchor=utc_now_naive()), create=True)
     metrics = build_metrics(config)
-    build_poller(config, recorder=metrics, sink=JsonFileSink(tmp_path / "out.jsonl")).poll()
+    build_poller(build_parts(config, recorder=metrics, sink=JsonFileSink(tmp_path / "out.jsonl"))).poll()
     assert _gauge(metrics, "run_otel_backlog_runs") == 0
     assert _gauge(metrics, "run_otel_lag_seconds") == 0
     metrics.shutdown()
@@ -64,7 +64,7 @@ def test_a_restart_whose_polls_fail_shows_the_checkpoints_pending_runs(tmp_path)
     assert waiting >= 3
 
     first = build_metrics(config)
-    build_poller(config, recorder=first, sink=JsonFileSink(tmp_path / "out.jsonl")).poll()
+    build_poller(build_parts(config, recorder=first, sink=JsonFileSink(tmp_path / "out.jsonl"))).poll()
     assert _gauge(first, "run_otel_pending_runs") == waiting
     first.shutdown()
 
@@ -73,7 +73,7 @@ def test_a_restart_whose_polls_fail_shows_the_checkpoints_pending_runs(tmp_path)
         conn.execute(text("UPDATE diagnosis_run SET status = 'SUCCESS' WHERE id = (SELECT MAX(id) FROM diagnosis_run WHERE status = 'RUNNING')"))
     restarted = build_metrics(config)
     with pytest.raises(Exception):  # noqa: B017 - whichever export error, the poll must fail
-        build_poller(config, recorder=restarted).poll()
+        build_poller(build_parts(config, recorder=restarted)).poll()
     assert not restarted.last_poll_ok
     assert _gauge(restarted, "run_otel_pending_runs") == waiting
     restarted.shutdown()

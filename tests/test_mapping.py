@@ -9,11 +9,13 @@ from datetime import UTC, datetime
 import pytest
 from otlp_helpers import encode_spans
 
-from run_otel.config import build_config
+from run_otel.config import Config, build_config
 from run_otel.export.encoding import resource_attributes
+from run_otel.factory import build_mapper
 from run_otel.mapping import attributes as A
 from run_otel.mapping.content import is_content_attribute
 from run_otel.mapping.spans import STATUS_ERROR, STATUS_OK, STATUS_UNSET, Mapper
+from run_otel.source.clock import SourceClock
 from run_otel.source.rows import RunRow, ToolRow
 
 RUN_ID = "run-550e8400-e29b-41d4-a716-446655440000"
@@ -64,7 +66,11 @@ def make_tool(id_: int, **kw) -> ToolRow:
 
 
 def mapper(**sections) -> Mapper:
-    return Mapper(build_config(sections))
+    return mapper_for(build_config(sections))
+
+
+def mapper_for(config: Config) -> Mapper:
+    return build_mapper(config, SourceClock(config.source.timezone))
 
 
 def ns(dt: datetime) -> int:
@@ -493,11 +499,11 @@ def test_same_rows_twice_are_byte_identical():
     config = build_config({"service": {"name": "svc", "namespace": "ns"}})
     env = {"OTEL_RESOURCE_ATTRIBUTES": "k8s.cluster.name=prod"}
     rows = (make_run(), [make_tool(1), make_tool(2, success=False, error_message="boom")])
-    first = encode_spans(Mapper(config).map_run(*rows).spans, resource_attributes(config, env)).SerializeToString()
-    second = encode_spans(Mapper(config).map_run(*rows).spans, resource_attributes(config, env)).SerializeToString()
+    first = encode_spans(mapper_for(config).map_run(*rows).spans, resource_attributes(config, env)).SerializeToString()
+    second = encode_spans(mapper_for(config).map_run(*rows).spans, resource_attributes(config, env)).SerializeToString()
     assert first == second
     changed = rows[0]._replace(status="FAILED")
-    third = encode_spans(Mapper(config).map_run(changed, rows[1]).spans, resource_attributes(config, env))
+    third = encode_spans(mapper_for(config).map_run(changed, rows[1]).spans, resource_attributes(config, env))
     assert third.SerializeToString() != first
 
 

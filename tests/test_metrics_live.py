@@ -23,10 +23,10 @@ from sqlalchemy.engine import make_url
 
 from run_otel.config import build_config
 from run_otel.export.sinks import JsonFileSink
-from run_otel.factory import build_poller
+from run_otel.factory import build_parts, build_poller
 from run_otel.ops.demo import generate, insert_workload
 from run_otel.pipeline.checkpoint import CheckpointStore
-from run_otel.source.reader import make_engine
+from run_otel.source.engine import make_engine
 from run_otel.telemetry import instruments as I
 from run_otel.telemetry.metrics import BridgeMetrics
 
@@ -210,7 +210,7 @@ def test_a_replay_after_a_crash_counts_each_run_once(tmp_path):
         registry = CollectorRegistry()
         metrics = BridgeMetrics(config, [PrometheusMetricReader(registry=registry)], registry)
         sink = JsonFileSink(tmp_path / "out.jsonl")
-        poller = build_poller(config, recorder=metrics, sink=sink, store=store_class(config))
+        poller = build_poller(build_parts(config, recorder=metrics, sink=sink, store=store_class(config)))
         try:
             poller.poll()
         except KeyboardInterrupt:
@@ -298,7 +298,7 @@ def test_exemplars_in_prometheus_open_the_run_and_the_tool_behind_each_bucket(ag
 def test_the_sdk_keeps_the_span_of_each_measurement_as_an_otlp_exemplar():
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-    from run_otel.pipeline.poller import ExportedRun, PollResult
+    from run_otel.pipeline.results import ExportedRun, PollResult
     from run_otel.source.rows import RunRow, ToolRow
 
     run_id = "run-550e8400-e29b-41d4-a716-446655440000"

@@ -114,7 +114,7 @@ def test_the_backlog_gauge_counts_every_waiting_run_during_an_outage(agent_db, t
 
     from run_otel.config import build_config
     from run_otel.export.sinks import ExportError
-    from run_otel.factory import build_poller
+    from run_otel.factory import build_parts, build_poller
     from run_otel.telemetry.metrics import build_metrics
 
     add_runs(agent_db, ["UTC_TIMESTAMP() - INTERVAL 10 MINUTE"] * 2)
@@ -124,7 +124,7 @@ def test_the_backlog_gauge_counts_every_waiting_run_during_an_outage(agent_db, t
                                metrics={"enabled": True, "port": free_port()}, export={"max_attempts": 1, "timeout_seconds": 2})
     config = build_config(sections)
     metrics = build_metrics(config)
-    poller = build_poller(config, recorder=metrics)
+    poller = build_poller(build_parts(config, recorder=metrics))
     assert poller.poll().run_count == 2
     assert _gauge(metrics, "run_otel_backlog_runs") == 0
     receiver.stop()

@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 from servers import Collector, Receiver, wait_for
 
 from run_otel.config import build_config
-from run_otel.factory import build_poller
+from run_otel.factory import build_parts, build_poller
 from run_otel.mapping import attributes as A
 from run_otel.ops.demo import generate, insert_workload
 from run_otel.source.readings import read_run, read_tool
@@ -120,14 +120,14 @@ def test_a_run_larger_than_the_collector_takes_goes_out_in_pieces_and_the_runs_b
     path = write_config(tmp_path / "run-otel.toml", sections)
     config = build_config(sections)
     # The precondition: this run alone is far over the collector's 4 MiB, the size that once stopped all export.
-    poller = build_poller(config)
-    (run,) = poller.source.runs_by_ids([int(agent_db.execute("SELECT id FROM diagnosis_run WHERE run_id = %s", big_run)[0][0])])
+    parts = build_parts(config)
+    (run,) = parts.source.runs_by_ids([int(agent_db.execute("SELECT id FROM diagnosis_run WHERE run_id = %s", big_run)[0][0])])
     # Read by meaning, as the poller does: the driver hands `success` over as stored.
     warnings: list[str] = []
-    tools_read = [read_tool(tool, warnings) for tool in poller.source.tools_for([big_run])[big_run]]
-    mapped = poller.mapper.map_run(read_run(run, warnings), tools_read)
+    tools_read = [read_tool(tool, warnings) for tool in parts.source.tools_for([big_run])[big_run]]
+    mapped = parts.mapper.map_run(read_run(run, warnings), tools_read)
     assert len(mapped.spans) == 1001
-    assert sum(len(poller.encoder.span(s)) for s in mapped.spans) > 2 * GRPC_LIMIT
+    assert sum(len(parts.encoder.span(s)) for s in mapped.spans) > 2 * GRPC_LIMIT
 
     done = run_cli("once", "--config", str(path))
     assert done.returncode == 0, done.stderr
@@ -231,7 +231,7 @@ def test_a_receiver_with_a_smaller_limit_gets_split_then_cut_requests_and_only_t
         from opentelemetry.exporter.prometheus import PrometheusMetricReader
 
         metrics = BridgeMetrics(config, [PrometheusMetricReader(registry=registry)], registry)
-        result = build_poller(config, recorder=metrics).poll()
+        result = build_poller(build_parts(config, recorder=metrics)).poll()
         assert result.dropped_spans == 1
         assert _counter(registry, "run_otel_dropped_spans_total", reason="too_large") == 1
         assert _counter(registry, "run_otel_exported_spans_total") == result.spans - 1
@@ -250,7 +250,7 @@ def test_exported_spans_count_only_what_the_receiver_took_and_once_says_what_it_
         from opentelemetry.exporter.prometheus import PrometheusMetricReader
 
         metrics = BridgeMetrics(config, [PrometheusMetricReader(registry=registry)], registry)
-        result = build_poller(config, recorder=metrics).poll()
+        result = build_poller(build_parts(config, recorder=metrics)).poll()
         requests = len(receiver.requests)
         assert result.spans > 2 * requests > 0 and result.rejected_spans == 2 * requests
         assert _counter(registry, "run_otel_exported_spans_total") == result.spans - result.rejected_spans

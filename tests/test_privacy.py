@@ -3,7 +3,6 @@ secrets never printed."""
 
 from __future__ import annotations
 
-import io
 import json
 import re
 import uuid
@@ -12,13 +11,12 @@ from datetime import timedelta
 import pytest
 import requests
 from conftest import bridge_config, bridge_sections, run_cli, utc_now_naive, write_config
-from rich.console import Console
 from servers import free_port, wait_for
 from sqlalchemy import Engine, event, insert
 
-from run_otel.cli.render import print_trace
-from run_otel.factory import build_poller, start_metrics
+from run_otel.factory import build_backfill, build_parts, build_poller, start_metrics
 from run_otel.ops.check import run_checks
+from run_otel.ops.operations import run_trace
 from run_otel.source.schema import diagnosis_run, tool_invocation
 
 CONTENT_COLUMNS = ("query", "answer", "published_result", "input_params", "output_preview", "evidence")
@@ -132,10 +130,10 @@ def test_capture_off_never_selects_content_under_any_profile(agent_db, otlp, tmp
     event.listen(Engine, "before_cursor_execute", record)
     try:
         metrics, server = start_metrics(config)
-        poller = build_poller(config, recorder=metrics)
-        assert poller.poll().run_count == 4
-        poller.backfill(1, 10, record_metrics=True)
-        print_trace(Console(file=io.StringIO()), config, poller.source, "run-nope")
+        parts = build_parts(config, recorder=metrics)
+        assert build_poller(parts).poll().run_count == 4
+        build_backfill(parts).run(1, 10, record_metrics=True)
+        assert run_trace(config, parts.source, "run-nope") is None
         list(run_checks(config))
         scraped = requests.get(f"http://127.0.0.1:{config.metrics.port}/metrics", timeout=5).text
         server.stop()
@@ -161,10 +159,10 @@ def test_every_statement_only_reads_the_two_tables(agent_db, otlp, tmp_path):
     record = _record_statements(statements)
     event.listen(Engine, "before_cursor_execute", record)
     try:
-        poller = build_poller(config)
-        assert poller.poll().run_count
-        poller.backfill(1, 10)
-        print_trace(Console(file=io.StringIO()), config, poller.source, "run-nope")
+        parts = build_parts(config)
+        assert build_poller(parts).poll().run_count
+        build_backfill(parts).run(1, 10)
+        assert run_trace(config, parts.source, "run-nope") is None
         data_path = list(statements)
         findings = list(run_checks(config))
         assert findings

@@ -98,11 +98,12 @@ def test_a_restore_refilled_past_the_mark_is_caught_by_the_run_at_the_mark(agent
     """Between two polls the backup comes back and more runs than it lost arrive:
     the newest id is above the mark again, but the run at the mark is another one."""
     from run_otel.config import build_config
-    from run_otel.factory import build_poller
+    from run_otel.factory import build_parts, build_poller
     from run_otel.source.guard import SourceBehindError
 
     add_runs(agent_db, 10)
-    poller = build_poller(build_config(bridge_sections(agent_db, tmp_path, otlp.endpoint("grpc"))))
+    parts = build_parts(build_config(bridge_sections(agent_db, tmp_path, otlp.endpoint("grpc"))))
+    poller = build_poller(parts)
     assert poller.poll().run_count == 10
     restore_backup(agent_db, 6)
     add_runs(agent_db, 7, created="UTC_TIMESTAMP()")
@@ -113,7 +114,7 @@ def test_a_restore_refilled_past_the_mark_is_caught_by_the_run_at_the_mark(agent
     except SourceBehindError as exc:
         message = str(exc)
     assert "run id 10 is now run-" in message and "the source went backwards" in message, message
-    assert poller.store.load().high_water == 10  # nothing was saved past them
+    assert parts.store.load().high_water == 10  # nothing was saved past them
 
 
 def test_the_daemon_drops_readiness_and_sets_the_gauge(agent_db, otlp, tmp_path):

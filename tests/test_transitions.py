@@ -179,8 +179,8 @@ def test_the_poller_expires_a_gap_exactly_at_the_configured_timeout(tmp_path):
 
     from run_otel.config import build_config
     from run_otel.export.sinks import JsonFileSink
-    from run_otel.factory import build_poller
-    from run_otel.source.reader import make_engine
+    from run_otel.factory import build_parts, build_poller
+    from run_otel.source.engine import make_engine
     from run_otel.source.schema import diagnosis_run, metadata
 
     engine = make_engine(make_url(f"sqlite:///{tmp_path / 'agent.db'}"))
@@ -196,7 +196,7 @@ def test_the_poller_expires_a_gap_exactly_at_the_configured_timeout(tmp_path):
     })
     now = [E0]
     sink = JsonFileSink(tmp_path / "out.jsonl")
-    poller = build_poller(config, sink=sink, clock=lambda: now[0])
+    poller = build_poller(build_parts(config, sink=sink), clock=lambda: now[0])
     poller.poll()
     store = poller._store
     assert store.load().gaps == {2: E0}

@@ -13,10 +13,10 @@ from prometheus_client import generate_latest
 from servers import Receiver
 from test_bad_rows import add_run, add_tool, new_run_id
 
-from run_otel.factory import build_poller
+from run_otel.factory import build_parts, build_poller
 from run_otel.ops.check import WARN, run_checks
 from run_otel.pipeline.checkpoint import CheckpointStore
-from run_otel.pipeline.poller import Recorder
+from run_otel.pipeline.results import Recorder
 from run_otel.source.readings import Unreadable, as_count, as_flag
 from run_otel.telemetry.metrics import build_metrics
 
@@ -50,7 +50,7 @@ def test_drifted_columns_are_read_by_meaning_and_bad_values_are_row_warnings(age
     conn.close()
     config = bridge_config(agent_db, tmp_path, receiver.endpoint)
     metrics = build_metrics(config)
-    poller = build_poller(config, recorder=metrics)
+    poller = build_poller(build_parts(config, recorder=metrics))
 
     result = poller.poll()
 
@@ -116,6 +116,6 @@ def test_a_metrics_failure_after_the_checkpoint_fails_no_poll(agent_db, receiver
     add_run(conn, new_run_id())
     conn.close()
     config = bridge_config(agent_db, tmp_path, receiver.endpoint)
-    result = build_poller(config, recorder=FailingRecorder()).poll()
+    result = build_poller(build_parts(config, recorder=FailingRecorder())).poll()
     assert result.run_count == 1 and CheckpointStore(config).load().high_water >= 1
     assert "metrics: recording the exported runs failed" in caplog.text

@@ -1,4 +1,5 @@
-"""Builds the parts from the one config: source, sink, state store, metrics, poller.
+"""Builds the parts from the one config: source, sink, state store, mapper,
+encoder, then the passes over them (poll, backfill, feedback) and the metrics.
 
 Every command gets its parts here, so each part is built one way only.
 """
@@ -7,19 +8,24 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from .config import Config
 from .export.encoding import FastEncoder, resource_attributes
 from .export.logrecords import LogRecordSender, build_log_sink
 from .export.phoenix import PhoenixAnnotations
+from .export.sending import RequestSender
 from .export.sinks import Sink, build_sink
 from .mapping.content import ContentPolicy
 from .mapping.evaluation import Evaluations
 from .mapping.masking import configured_secrets
 from .mapping.spans import Mapper
+from .pipeline.backfill_pass import BackfillPass
 from .pipeline.checkpoint import CheckpointStore
 from .pipeline.feedback import FeedbackPass
-from .pipeline.poller import Poller, Recorder
+from .pipeline.poller import Poller
+from .pipeline.results import Recorder
+from .pipeline.run_export import RunExporter
 from .source.clock import SourceClock
 from .source.reader import Source
 from .telemetry.metrics import BridgeMetrics, HealthServer, build_metrics, readiness
@@ -31,52 +37,95 @@ class MetricsPortError(OSError):
     """metrics.port could not be bound."""
 
 
-def build_mapper(config: Config, clock: SourceClock | None = None) -> Mapper:
+@dataclass(frozen=True)
+class Parts:
+    """The parts a pass over the runs shares, each built once from its own section."""
+
+    config: Config
+    source: Source
+    source_clock: SourceClock
+    sink: Sink
+    store: CheckpointStore
+    mapper: Mapper
+    encoder: FastEncoder
+    recorder: Recorder
+
+    def close(self) -> None:
+        self.source.close()
+        self.store.close()
+
+
+def build_mapper(config: Config, source_clock: SourceClock) -> Mapper:
     content = ContentPolicy.build(config.content, config.trace.conventions, configured_secrets(config))
-    return Mapper(config, clock or SourceClock(config.source.timezone), content)
+    return Mapper(config, source_clock, content)
+
+
+def build_parts(
+    config: Config, recorder: Recorder | None = None, sink: Sink | None = None, store: CheckpointStore | None = None
+) -> Parts:
+    """``sink`` and ``store`` replace the configured ones (the demo's file, a test's store)."""
+    source = Source(config)
+    return Parts(
+        config,
+        source,
+        source.clock,
+        sink or build_sink(config),
+        store or CheckpointStore(config),
+        build_mapper(config, source.clock),
+        FastEncoder(resource_attributes(config, os.environ)),
+        recorder or Recorder(),
+    )
+
+
+def build_exporter(parts: Parts) -> RunExporter:
+    config = parts.config
+    sender = RequestSender(
+        parts.sink, parts.encoder, config.export.max_request_bytes, config.trace.max_list_length, parts.recorder.spans_dropped
+    )
+    return RunExporter(parts.source, parts.mapper, sender, parts.source_clock, parts.recorder)
 
 
 def build_poller(
-    config: Config,
-    recorder: Recorder | None = None,
-    sink: Sink | None = None,
-    keep_going: Callable[[], bool] = lambda: True,
-    store: CheckpointStore | None = None,
-    clock: Callable[[], float] | None = None,
+    parts: Parts, keep_going: Callable[[], bool] = lambda: True, clock: Callable[[], float] | None = None
 ) -> Poller:
-    source_clock = SourceClock(config.source.timezone)
+    config = parts.config
     return Poller(
-        config,
-        Source(config),
-        sink or build_sink(config),
-        store or CheckpointStore(config),
-        mapper=build_mapper(config, source_clock),
-        encoder=FastEncoder(resource_attributes(config, os.environ)),
-        source_clock=source_clock,
-        recorder=recorder,
+        config.poll,
+        config.shard,
+        parts.source,
+        parts.store,
+        build_exporter(parts),
+        parts.source_clock,
+        parts.recorder,
+        keep_feedback=config.feedback.enabled,
         keep_going=keep_going,
         **({"clock": clock} if clock else {}),
     )
 
 
-def build_feedback(config: Config, poller: Poller, recorder: Recorder | None = None) -> FeedbackPass | None:
-    """The feedback recheck, sharing the poller's source, sink, state store and encoder; None when off."""
+def build_backfill(parts: Parts) -> BackfillPass:
+    config = parts.config
+    return BackfillPass(config.poll, config.shard, parts.source, build_exporter(parts), parts.source_clock, parts.recorder)
+
+
+def build_feedback(parts: Parts) -> FeedbackPass | None:
+    """The feedback recheck, sharing the parts of the poll; None when off."""
+    config = parts.config
     if not config.feedback.enabled:
         return None
     log_records = None
     if config.feedback.log_records:
-        on_failure = recorder.export_failed if recorder is not None else (lambda: None)
-        log_records = LogRecordSender(build_log_sink(config), resource_attributes(config, os.environ), on_failure)
+        log_records = LogRecordSender(build_log_sink(config), resource_attributes(config, os.environ), parts.recorder.export_failed)
     return FeedbackPass(
         config.feedback,
         config.shard,
-        poller.source,
-        poller.sink,
-        poller.store,
-        Evaluations(config.feedback, poller.source_clock, "openinference" in config.trace.conventions),
-        poller.encoder,
-        poller.source_clock,
-        recorder,
+        parts.source,
+        parts.sink,
+        parts.store,
+        Evaluations(config.feedback, parts.source_clock, "openinference" in config.trace.conventions),
+        parts.encoder,
+        parts.source_clock,
+        parts.recorder,
         log_records=log_records,
         phoenix=PhoenixAnnotations(config.ui.phoenix_url, config.export.timeout_seconds) if config.ui.phoenix_url else None,
     )

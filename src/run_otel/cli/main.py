@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -54,16 +53,16 @@ def once(config_path: Path | None, shard: str | None) -> None:
 
     def body() -> None:
         nonlocal undelivered
-        from ..factory import build_feedback, build_poller
+        from ..factory import build_feedback, build_parts, build_poller
         from ..ops.daemon import summary
         from ..pipeline.store_lock import store_lock
 
         with store_lock(config):  # a `once` beside a running daemon would export everything twice
-            poller = build_poller(config)
-            result = poller.poll()
+            parts = build_parts(config)
+            result = build_poller(parts).poll()
             click.echo(summary(result))
             undelivered = result.rejected_spans + result.dropped_spans
-            feedback = build_feedback(config, poller)
+            feedback = build_feedback(parts)
             if feedback:
                 checked = feedback.run()
                 click.echo(f"feedback: {checked.rated} rated runs in the window, {checked.sent} new or changed sent")
@@ -141,70 +140,25 @@ def backfill(
 
 
 def _backfill(config: Config, window: Window, ids: tuple, with_metrics: bool) -> None:
-    import signal
-    import time
-
     from rich.console import Console
 
-    from ..export.sinks import ExportError
-    from ..factory import build_poller, start_metrics
-    from ..mapping.spans import trace_id_for
-    from ..pipeline.backfill import order_warning, plan, resume_hint, where_to_find
-    from ..pipeline.poller import PollResult
-    from ..source.reader import SourceError
-    from .render import progress_bar, trace_links
+    from ..ops.backfill_job import run_backfill
+    from ..pipeline.backfill import where_to_find
+    from .render import progress_task, trace_links
 
     console = Console(stderr=True, highlight=False, soft_wrap=True)
-    metrics, server = start_metrics(config) if with_metrics else (None, None)
-    poller = build_poller(config, recorder=metrics)
-    source = poller.source
-    ids_plan = plan(source, window, *ids)
-    signal.signal(signal.SIGTERM, lambda *_: poller.stop_requested.set())
-    started, spans, read_to = time.monotonic(), 0, ids_plan.first_id - 1
-    first_trace = last_trace = ""
-    total = PollResult()
-    failure: Exception | None = None
-    if not ids_plan.empty:
-        with progress_bar(console) as progress:
-            task = progress.add_task(
-                f"backfill ids {ids_plan.first_id}..{ids_plan.last_id}", total=ids_plan.last_id - ids_plan.first_id + 1, rate=""
-            )
-
-            def advance(result: PollResult, cursor: int) -> None:
-                nonlocal spans, first_trace, last_trace, read_to
-                spans += result.spans
-                read_to = cursor
-                total.add(result)  # here, not from backfill()'s return: a failed backfill still reports what it sent
-                if result.runs:
-                    first_trace = first_trace or trace_id_for(result.runs[0].run.run_id).hex()
-                    last_trace = trace_id_for(result.runs[-1].run.run_id).hex()
-                rate = spans / max(time.monotonic() - started, 1e-9)
-                progress.update(task, completed=cursor - ids_plan.first_id + 1, rate=f"{rate:,.0f} spans/s")
-
-            try:
-                poller.backfill(
-                    ids_plan.first_id, ids_plan.last_id, advance, record_metrics=with_metrics, created_in=window.contains
-                )
-            except (SourceError, ExportError) as exc:  # what was sent stays sent: say where to resume
-                failure = exc
-    click.echo(f"backfilled {total.run_count} runs ({total.spans} spans) {window.describe()} in {time.monotonic() - started:.1f}s")
-    for line in where_to_find(first_trace, last_trace):
+    outcome = run_backfill(config, window, ids, with_metrics, progress_task(console))
+    total = outcome.total
+    click.echo(f"backfilled {total.run_count} runs ({total.spans} spans) {window.describe()} in {outcome.seconds:.1f}s")
+    for line in where_to_find(outcome.first_trace, outcome.last_trace):
         click.echo(line)
-    for label, trace_id in (("first", first_trace), ("last", last_trace)) if first_trace else ():
+    for label, trace_id in (("first", outcome.first_trace), ("last", outcome.last_trace)) if outcome.first_trace else ():
         for link in trace_links(config, trace_id):
             click.echo(f"open {label}: {link}")
-    # The order probes read the database; after a failure it may be away, and the resume line matters more.
-    warning = order_warning(ids_plan, total.outside_window, source) if failure is None else None
-    if warning:
-        console.print(f"[bold red]WARNING:[/] {warning}")
-    if server:
-        server.stop()
-    if metrics:
-        metrics.shutdown()
-    if failure is not None:
-        fail(f"{failure}; stopped after run id {read_to}: {resume_hint(read_to, ids_plan.last_id)}")
-    if poller.stop_requested.is_set() and read_to < ids_plan.last_id:
-        fail(f"stopped by SIGTERM after run id {read_to}: {resume_hint(read_to, ids_plan.last_id)}")
+    if outcome.warning:
+        console.print(f"[bold red]WARNING:[/] {outcome.warning}")
+    if outcome.failure:
+        fail(outcome.failure)
 
 
 # -- the terminal commands ----------------------------------------------------
@@ -222,6 +176,7 @@ def show(config_path: Path | None, run_id: str) -> None:
     """
     from rich.console import Console
 
+    from ..ops.operations import run_trace
     from ..source.reader import Source
     from .render import print_trace
 
@@ -229,8 +184,11 @@ def show(config_path: Path | None, run_id: str) -> None:
 
     def body() -> None:
         source = Source(config)
-        if not print_trace(Console(), config, source, run_id):
+        trace = run_trace(config, source, run_id)
+        if trace is None:
             fail(f"no run with run_id {run_id!r} in {source.describe()}")
+        else:
+            print_trace(Console(), config, trace)
 
     guarded(body)
 
@@ -291,41 +249,27 @@ def _demo(base: Config, db_path: Path, out_path: Path, runs: int, seed: int, anc
     from rich.console import Console
     from rich.table import Table
 
-    from ..export.sinks import JsonFileSink, Sink, build_sink
-    from ..factory import build_poller
-    from ..ops.demo import demo_config, generate, interesting_runs, seed_demo_database, summary_rows
-    from ..source.reader import Source
+    from ..export.sinks import JsonFileSink
+    from ..ops.demo import summary_rows
+    from ..ops.demo_job import demo_traces, export_demo, prepare_demo
     from .render import ProgressRecorder, print_trace, progress_bar
 
     console = Console(highlight=False)
     anchor = anchor or _utcnow().replace(minute=0, second=0, microsecond=0, tzinfo=None)
-    workload = generate(seed, runs, anchor)
-    seed_demo_database(db_path, workload)
-    state_path = db_path.with_name(db_path.name + ".state")
-    state_path.unlink(missing_ok=True)
-    config = demo_config(base, db_path, state_path)
-    sink: Sink
-    if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
-        sink = build_sink(config)
-    else:
-        out_path.unlink(missing_ok=True)
-        sink = JsonFileSink(out_path)
+    setup = prepare_demo(base, db_path, out_path, runs, seed, anchor)
+    workload, sink = setup.workload, setup.sink
     console.print(f"seeded {len(workload.runs)} runs and {len(workload.tools)} tool calls into {db_path} (seed {seed})")
     with progress_bar(console) as progress:
         task = progress.add_task(f"exporting to {sink.describe()}", total=len(workload.terminal_runs()), rate="")
-        result = build_poller(config, recorder=ProgressRecorder(progress, task), sink=sink).poll()
-    sink.close()
+        result = export_demo(setup, ProgressRecorder(progress, task))
     table = Table(show_header=False, box=None)
     table.add_row("spans exported", f"{result.spans} in {result.run_count} traces to {sink.describe()}")
     for name, value in summary_rows(workload):
         table.add_row(name, value)
     console.print(table)
-    source = Source(config)
-    for title, run_id in zip(("a failed run", "a RAG-heavy run"), interesting_runs(workload)):
-        if run_id:
-            console.rule(title)
-            print_trace(console, config, source, run_id)
-    source.close()
+    for title, trace in demo_traces(setup):
+        console.rule(title)
+        print_trace(console, setup.config, trace)
     if isinstance(sink, JsonFileSink):
         click.echo(f"OTLP-JSON written to {sink.path}")
 

@@ -31,7 +31,6 @@ def status(config_path: Path | None, as_json: bool) -> None:
 
     from ..ops.operations import shard_statuses
     from ..pipeline.checkpoint import CheckpointStore
-    from ..source.clock import SourceClock
     from ..source.reader import Source
 
     config = load(config_path)
@@ -39,7 +38,7 @@ def status(config_path: Path | None, as_json: bool) -> None:
     def body() -> None:
         store = CheckpointStore(config, create=False)
         source = Source(config)
-        rows = shard_statuses(store, source, SourceClock(config.source.timezone))
+        rows = shard_statuses(store, source)
         if not rows:
             fail(f"state store {store.describe()} holds no checkpoint yet")
         if as_json:
@@ -107,7 +106,6 @@ def rewind(config_path: Path | None, to_id: int | None, since: datetime | None, 
 
 def _rewind(config, store, source, to_id: int | None, since: datetime | None, yes: bool) -> None:
     from ..ops.operations import rewind_line, rewound
-    from ..source.clock import SourceClock
 
     current = store.load()
     if current is None:
@@ -116,7 +114,7 @@ def _rewind(config, store, source, to_id: int | None, since: datetime | None, ye
         first_id = to_id
     else:
         assert since is not None  # exactly one of the two, checked above
-        first_id = source.first_id_created_at_or_after(SourceClock(config.source.timezone).naive(since))
+        first_id = source.first_id_created_at_or_after(source.clock.naive(since))
     if not yes and not click.confirm(
         f"move {store.name} in {store.describe()} from high-water id {current.high_water} so the next poll "
         f"exports from run id {first_id}?"
@@ -136,13 +134,14 @@ def export_command(config_path: Path | None, run_ids: tuple[str, ...], incomplet
     A finished run is sent as the daemon would send it. A waiting run is
     skipped unless --incomplete, which sends it as incomplete (ERROR).
     """
-    from ..factory import build_poller
+    from ..factory import build_exporter, build_parts
     from ..ops.operations import export_run_ids
 
     config = load(config_path)
 
     def body() -> None:
-        outcome = export_run_ids(build_poller(config), run_ids, incomplete)
+        parts = build_parts(config)
+        outcome = export_run_ids(parts.source, build_exporter(parts), run_ids, incomplete)
         for run_id, trace in outcome.sent:
             click.echo(f"sent {run_id} as trace {trace}")
         for run_id in outcome.waiting:

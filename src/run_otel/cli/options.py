@@ -51,14 +51,15 @@ def load(config_path: Path | None, shard: str | None = None, demo: bool = False)
             EXIT_USAGE,
         )
     from ..config import ConfigError, load_config, overridden_file_keys
+    from ..sharding import ShardError, parse_shard
     from ..telemetry.logs import configure_logging
 
     try:
         config = load_config(config_path)
         if shard:
-            config = replace(config, shard=_parse_shard(shard))
+            config = replace(config, shard=parse_shard(shard))
         config.source_url()  # reads source.password_file now, so a bad path fails at start
-    except ConfigError as exc:
+    except (ConfigError, ShardError) as exc:
         fail(f"config: {exc}", EXIT_USAGE)
     except OSError as exc:
         fail(f"config: source.password_file: {exc.strerror}: {exc.filename}", EXIT_USAGE)
@@ -78,15 +79,6 @@ def scrub_output(config: Config) -> Scrubber:
     sys.stdout = ScrubbedStream(sys.stdout, scrubber)
     sys.stderr = ScrubbedStream(sys.stderr, scrubber)
     return scrubber
-
-
-def _parse_shard(text: str) -> tuple[int, int]:
-    index, sep, total = text.partition("/")
-    if not (sep and index.isdigit() and total.isdigit() and 0 <= int(index) < int(total)):
-        from ..config import ConfigError
-
-        raise ConfigError(f"--shard must be i/N with 0 <= i < N, got {text!r}")
-    return int(index), int(total)
 
 
 def guarded(action: Callable[[], None]) -> None:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from rich.console import Console
@@ -13,8 +16,10 @@ from rich.tree import Tree
 from ..config import Config
 from ..mapping import attributes as A
 from ..mapping.spans import STATUS_ERROR, MappedRun, SpanData
-from ..pipeline.poller import PollResult, Recorder
-from ..source.reader import Source
+from ..pipeline.results import PollResult, Recorder
+
+if TYPE_CHECKING:
+    from ..ops.operations import RunTrace
 from ..source.rows import is_terminal
 
 _ROOT_KEYS = (A.RUN_INTENT, A.RUN_STATUS, A.RUN_RELEASE_OUTCOME, A.RUN_TOTAL_TOKEN_COUNT, A.RUN_TOOL_SPANS_DROPPED)
@@ -81,27 +86,17 @@ def trace_links(config: Config, trace_id_hex: str) -> list[str]:
 # -- terminal output of the commands ------------------------------------------------
 
 
-def print_trace(console: Console, config: Config, source: Source, run_id: str) -> bool:
-    """Prints the span tree of ``run_id`` as it would be exported; False if unknown."""
-    row = source.run_by_run_id(run_id)
-    if row is None:
-        return False
-    from ..factory import build_mapper  # wiring imports the metrics; keep `show` light
-    from ..source.readings import read_run, read_tool
-
-    warnings: list[str] = []
-    run = read_run(row, warnings)
-    tools = [read_tool(tool, warnings) for tool in source.tools_for([run.run_id])[run.run_id]]
-    mapped = build_mapper(config).map_run(run, tools)
-    console.print(f"trace {mapped.root.trace_id.hex()}  ({run.run_id})")
-    if not is_terminal(run.status):
-        console.print(f"[yellow]not exported yet: status {run.status}; it will be once it finishes or times out[/]")
+def print_trace(console: Console, config: Config, trace: RunTrace) -> None:
+    """Prints a run's span tree as it would be exported, its warnings and its links."""
+    mapped = trace.mapped
+    console.print(f"trace {mapped.root.trace_id.hex()}  ({trace.run.run_id})")
+    if not is_terminal(trace.run.status):
+        console.print(f"[yellow]not exported yet: status {trace.run.status}; it will be once it finishes or times out[/]")
     console.print(span_tree(mapped))
-    for warning in warnings + mapped.warnings:
+    for warning in trace.warnings:
         console.print(f"[yellow]warning:[/] {warning}")
     for link in trace_links(config, mapped.root.trace_id.hex()):
         console.print(f"open: {link}")
-    return True
 
 
 class ProgressRecorder(Recorder):
@@ -110,6 +105,18 @@ class ProgressRecorder(Recorder):
 
     def runs_exported(self, result: PollResult, acked_at: float) -> None:
         self._progress.advance(self._task, result.run_count)
+
+
+def progress_task(console: Console) -> Callable[[str, int], AbstractContextManager[Callable[[int, str], None]]]:
+    """A progress bar for one task: yields the function that moves it to (done, rate)."""
+
+    @contextmanager
+    def task(label: str, total: int) -> Iterator[Callable[[int, str], None]]:
+        with progress_bar(console) as progress:
+            task_id = progress.add_task(label, total=total, rate="")
+            yield lambda done, rate: progress.update(task_id, completed=done, rate=rate)
+
+    return task
 
 
 def progress_bar(console: Console) -> Progress:

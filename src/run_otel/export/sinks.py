@@ -71,6 +71,8 @@ class Sink(Protocol):
 
     def close(self) -> None: ...
 
+    def describe(self) -> str: ...
+
 
 # A receiver's own retry delay (gRPC RetryInfo, HTTP Retry-After) is honoured up to this.
 MAX_SERVER_DELAY = 30.0

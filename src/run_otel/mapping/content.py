@@ -2,11 +2,9 @@
 
 User content (the query, the answer, the published result, tool arguments
 and results, evidence text) leaves the database only with
-``content.capture = true``. This module is the one place that says which
-columns hold it, which span attributes carry it, and how a value is redacted
-and cut before it may leave. ``source`` asks it which columns to read,
-``mapping`` asks it for the content attributes, and ``check`` asks it which
-columns must exist.
+``content.capture = true`` (``source.columns`` says which columns hold it).
+This module is the one place that says which span attributes carry it, and
+how a value is redacted and cut before it may leave.
 
 ``error_message`` is not user content, but it often quotes input or a
 connection string, so it is always redacted. Every value, content or error,
@@ -27,8 +25,6 @@ from .redaction import REDACTED, Redactor, secret_patterns
 
 __all__ = ["REDACTED", "ContentPolicy", "Cleaner", "is_content_attribute"]
 
-RUN_CONTENT_COLUMNS = ("query", "answer", "published_result")
-TOOL_CONTENT_COLUMNS = ("input_params", "output_preview")
 
 # Every attribute that can carry user content. Tests hold the mapping to it.
 CONTENT_ATTRIBUTES = frozenset(
@@ -100,14 +96,6 @@ class ContentPolicy:
     def build(cls, content: ContentConfig, conventions: Iterable[str], secrets: Iterable[str] = ()) -> ContentPolicy:
         cleaner = Cleaner.build(content.redact, content.max_length, secrets)
         return cls(content.capture, "openinference" in conventions, cleaner)
-
-    # -- what is read -----------------------------------------------------------
-
-    def run_columns(self) -> tuple[str, ...]:
-        return RUN_CONTENT_COLUMNS if self.capture else ()
-
-    def tool_columns(self) -> tuple[str, ...]:
-        return TOOL_CONTENT_COLUMNS if self.capture else ()
 
     # -- what is written ----------------------------------------------------------
 

@@ -113,17 +113,11 @@ def tool_span_id_for(run_id: str, tool_id: int) -> bytes:
     return _nonzero(hashlib.sha256(f"tool_invocation:{run_id}:{tool_id}".encode()).digest(), 8)
 
 
-def shard_of(run_id: str, shards: int) -> int:
-    """A stable shard number for ``run_id``, the same in every process and release."""
-    digest = hashlib.sha256(f"shard:{run_id}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") % shards
-
-
 class Mapper:
     """Maps rows to spans under one config. Build once; ``map_run`` is pure."""
 
-    def __init__(self, config: Config, clock: SourceClock | None = None, content: ContentPolicy | None = None):
-        self._clock = clock or SourceClock(config.source.timezone)
+    def __init__(self, config: Config, clock: SourceClock, content: ContentPolicy):
+        self._clock = clock
         self._epoch_ns = self._clock.epoch_ns
         self._agent_name = config.trace.agent_name
         self._provider = config.trace.provider_name
@@ -131,7 +125,7 @@ class Mapper:
         self._anchor_start = config.trace.tool_time_anchor == "start"
         self._cap = config.trace.max_spans_per_trace
         self._limits = AttributeLimits.from_config(config.trace)
-        self._content = content or ContentPolicy.build(config.content, config.trace.conventions)
+        self._content = content
         # Error messages repeat (the same timeout across thousands of calls): redact each once.
         self._error_texts = Memo(self._content.error_text, 1024)
 

@@ -12,11 +12,12 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from ..config import Config, ConfigError
 from ..export.sinks import ExportError, build_sink
-from ..mapping.content import ContentPolicy
 from ..mapping.feedback_vocab import unmapped_in_window
 from ..pipeline.checkpoint import CheckpointError, CheckpointStore
-from ..source.clock import SourceClock, zone_finding
-from ..source.reader import RUN_COLUMNS, TOOL_COLUMNS, Source, SourceError
+from ..sharding import shard_from_name
+from ..source.clock import zone_finding
+from ..source.columns import columns_read
+from ..source.reader import Source, SourceError
 from ..source.schema import REQUIRED_INDEXES, documented_types
 
 OK, WARN, FAIL = "ok", "warn", "fail"
@@ -70,11 +71,8 @@ def run_checks(config: Config) -> Iterator[Finding]:
 
 def _check_columns(config: Config, source: Source) -> Iterator[Finding]:
     inspector = inspect(source.engine)
-    content = ContentPolicy.build(config.content, config.trace.conventions)
-    wanted = {
-        "diagnosis_run": RUN_COLUMNS + content.run_columns(),
-        "tool_invocation": TOOL_COLUMNS + content.tool_columns(),
-    }
+    run_columns, tool_columns = columns_read(config.content)
+    wanted = {"diagnosis_run": run_columns, "tool_invocation": tool_columns}
     for table, columns in wanted.items():
         if not inspector.has_table(table):
             yield Finding(FAIL, f"table {table}", "missing")
@@ -92,9 +90,8 @@ def _check_column_types(config: Config, source: Source) -> Iterator[Finding]:
     values by meaning, but says so, since the agent may now write values that mean nothing."""
     if source.engine.dialect.name != "mysql":
         return
-    content = ContentPolicy.build(config.content, config.trace.conventions)
-    read = {("diagnosis_run", c) for c in RUN_COLUMNS + content.run_columns()}
-    read |= {("tool_invocation", c) for c in TOOL_COLUMNS + content.tool_columns()}
+    run_columns, tool_columns = columns_read(config.content)
+    read = {("diagnosis_run", c) for c in run_columns} | {("tool_invocation", c) for c in tool_columns}
     statement = text(
         "SELECT TABLE_NAME, COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS "
         "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN ('diagnosis_run', 'tool_invocation')"
@@ -189,7 +186,7 @@ def _check_timezone(config: Config, source: Source) -> Iterator[Finding]:
     if sample is None:
         yield Finding(OK, "source.timezone", f"{config.source.timezone}: no runs yet to compare")
         return
-    finding = zone_finding(sample, SourceClock(config.source.timezone))
+    finding = zone_finding(sample, source.clock)
     if finding:
         yield Finding(WARN, "source.timezone", finding.message(config.source.timezone))
     else:
@@ -200,7 +197,7 @@ def _check_feedback_values(config: Config, source: Source) -> Iterator[Finding]:
     if not config.feedback.enabled:
         return
     try:
-        rated, unmapped = unmapped_in_window(config.feedback, source, SourceClock(config.source.timezone))
+        rated, unmapped = unmapped_in_window(config.feedback, source, source.clock)
     except SourceError as exc:
         yield Finding(FAIL, "feedback values", f"cannot read the feedback window: {exc}")
         return
@@ -246,18 +243,12 @@ def _check_checkpoint_ahead(config: Config, source: Source) -> Iterator[Finding]
         store.close()
     for name, checkpoint, saved_at in shards:
         if checkpoint.high_water > newest:
-            shard = _shard_of(name) or config.shard
+            shard = shard_from_name(name) or config.shard
             where = f"{name} in {store.describe()}"
             detail = behind_message(where, checkpoint.high_water, newest, source.describe(), shard, saved_at)
             yield Finding(FAIL, "checkpoint ahead of the source", detail)
         else:
             yield Finding(OK, f"checkpoint {name}", f"high-water id {checkpoint.high_water}, the newest run is id {newest}")
-
-
-def _shard_of(name: str) -> tuple[int, int] | None:
-    """(index, total) from a shard's checkpoint name, shard-I-of-N."""
-    match = re.fullmatch(r"shard-(\d+)-of-(\d+)", name)
-    return (int(match.group(1)), int(match.group(2))) if match else None
 
 
 def _check_endpoint(config: Config) -> Iterator[Finding]:

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from .. import __version__
 from ..config import Config
 from ..export.sinks import ExportError
-from ..factory import build_feedback, build_poller, start_metrics
+from ..factory import build_feedback, build_parts, build_poller, start_metrics
 from ..pipeline.checkpoint import CheckpointError
 from ..pipeline.poller import PollResult
 from ..pipeline.store_lock import StoreLock, store_lock
@@ -68,11 +68,12 @@ class Daemon:
         if not config.ha.enabled:
             self.store_lock.__enter__()
         self.metrics, self.server = start_metrics(config, alive=self.alive)
-        self.poller = build_poller(config, recorder=self.metrics, keep_going=self._holding)
-        self.feedback = build_feedback(config, self.poller, self.metrics)
+        parts = build_parts(config, recorder=self.metrics)
+        self.poller = build_poller(parts, keep_going=self._holding)
+        self.feedback = build_feedback(parts)
         self._feedback_due = 0.0  # time.monotonic() of the next feedback pass
         if config.ha.enabled:
-            self.lease = MySqlLease(self.poller.source.engine, lease_name_for(config), config.ha.takeover_seconds)
+            self.lease = MySqlLease(parts.source.engine, lease_name_for(config), config.ha.takeover_seconds)
 
     # -- health -------------------------------------------------------------------
 

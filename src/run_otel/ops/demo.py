@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Engine, insert
 from sqlalchemy.engine import make_url
 
-from ..source.reader import make_engine
+from ..source.engine import make_engine
 from ..source.schema import diagnosis_run, metadata, tool_invocation
 
 if TYPE_CHECKING:

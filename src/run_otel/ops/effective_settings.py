@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ..config import Config
-from ..pipeline.checkpoint import shard_name
-from ..source.reader import safe_url
+from ..sharding import shard_name
+from ..source.engine import safe_url
 
 
 def effective_settings(config: Config) -> str:
@@ -19,7 +19,7 @@ def effective_settings(config: Config) -> str:
         f"tls={config.source.tls_mode}",
         f"endpoint={config.export.protocol} {config.export_endpoint()}",
         f"state={_masked(config.state.url)}",
-        f"shard={shard_name(config)}",
+        f"shard={shard_name(config.shard)}",
         f"start_from={config.poll.start_from}",
         f"interval={config.poll.interval_seconds:g}s",
         f"capture={'on' if config.content.capture else 'off'}",

@@ -17,7 +17,7 @@ from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from ..config import Config
-from ..pipeline.checkpoint import shard_name
+from ..sharding import shard_name
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ def lease_name(base: str, database: str | None, shard: str) -> str:
 
 
 def lease_name_for(config: Config) -> str:
-    return lease_name(config.ha.lock_name, config.source_url().database, shard_name(config))
+    return lease_name(config.ha.lock_name, config.source_url().database, shard_name(config.shard))
 
 
 class MySqlLease:

@@ -11,11 +11,11 @@ from dataclasses import asdict, dataclass
 from sqlalchemy import text
 
 from ..config import Config
-from ..mapping.spans import trace_id_for
+from ..mapping.spans import MappedRun, trace_id_for
 from ..pipeline.checkpoint import Checkpoint, CheckpointStore
-from ..pipeline.poller import Poller
-from ..source.clock import SourceClock
+from ..pipeline.run_export import RunExporter
 from ..source.reader import Backlog, Source
+from ..source.readings import read_run, read_tool
 from ..source.rows import RunRow, is_terminal
 from .lease import lease_name_for
 
@@ -37,10 +37,10 @@ class ShardStatus:
         return asdict(self)
 
 
-def shard_statuses(store: CheckpointStore, source: Source, clock: SourceClock) -> list[ShardStatus]:
+def shard_statuses(store: CheckpointStore, source: Source) -> list[ShardStatus]:
     out = []
     for name, checkpoint, saved_at in store.load_all():
-        backlog = source.backlog(checkpoint.high_water, clock) or Backlog(0, 0, None)
+        backlog = source.backlog(checkpoint.high_water, source.clock) or Backlog(0, 0, None)
         out.append(
             ShardStatus(
                 shard=name,
@@ -96,20 +96,43 @@ class ExportOutcome:
     spans: int
 
 
-def export_run_ids(poller: Poller, run_ids: Sequence[str], incomplete: bool) -> ExportOutcome:
+def export_run_ids(source: Source, exporter: RunExporter, run_ids: Sequence[str], incomplete: bool) -> ExportOutcome:
     runs: list[RunRow] = []
     waiting, unknown = [], []
     for run_id in dict.fromkeys(run_ids):
-        run = poller.source.run_by_run_id(run_id)
+        run = source.run_by_run_id(run_id)
         if run is None:
             unknown.append(run_id)
         elif is_terminal(run.status) or incomplete:
             runs.append(run)
         else:
             waiting.append(run_id)
-    result = poller.export_runs(runs, {r.id for r in runs if not is_terminal(r.status)}) if runs else None
+    result = exporter.export(runs, {r.id for r in runs if not is_terminal(r.status)}) if runs else None
     sent = [(r.run_id, trace_id_for(r.run_id).hex()) for r in runs]
     return ExportOutcome(sent, waiting, unknown, result.spans if result else 0)
+
+
+@dataclass
+class RunTrace:
+    """A run as `run-otel show` prints it: the spans it would be exported as."""
+
+    run: RunRow
+    mapped: MappedRun
+    warnings: list[str]  # the row's and the mapping's
+
+
+def run_trace(config: Config, source: Source, run_id: str) -> RunTrace | None:
+    """The spans ``run_id`` maps to; None when no run has that run_id."""
+    row = source.run_by_run_id(run_id)
+    if row is None:
+        return None
+    from ..factory import build_mapper  # the factory imports the metrics: keep `show` light
+
+    warnings: list[str] = []
+    run = read_run(row, warnings)
+    tools = [read_tool(tool, warnings) for tool in source.tools_for([run.run_id])[run.run_id]]
+    mapped = build_mapper(config, source.clock).map_run(run, tools)
+    return RunTrace(run, mapped, warnings + mapped.warnings)
 
 
 def probe_url(host: str, port: int, path: str) -> str:

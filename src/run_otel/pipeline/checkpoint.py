@@ -16,7 +16,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
 from ..config import Config
-from ..source.reader import make_engine, safe_url
+from ..sharding import shard_name
+from ..source.engine import make_engine, safe_url
 
 log = logging.getLogger(__name__)
 
@@ -65,15 +66,10 @@ class Checkpoint:
         return Checkpoint(self.high_water, dict(self.pending), dict(self.gaps))
 
 
-def shard_name(config: Config) -> str:
-    index, total = config.shard
-    return "default" if total == 1 else f"shard-{index}-of-{total}"
-
-
 class CheckpointStore:
     def __init__(self, config: Config, create: bool = True):
         self._url = make_url(config.state.url)
-        self.name = shard_name(config)
+        self.name = shard_name(config.shard)
         if not create and self._url.get_backend_name() == "sqlite" and not Path(self._url.database or "").is_file():
             raise CheckpointError(f"no state store at {self.describe()}: nothing has been exported with this config yet")
         self.engine = make_engine(self._url)

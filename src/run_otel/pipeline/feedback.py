@@ -27,12 +27,12 @@ from ..export.phoenix import PhoenixAnnotations
 from ..export.sinks import Sink
 from ..mapping.evaluation import Evaluations
 from ..mapping.feedback_vocab import UnmappedFeedback
-from ..mapping.spans import shard_of
+from ..sharding import Shard, in_shard
 from ..source.clock import SourceClock
 from ..source.reader import Source
 from ..source.rows import FeedbackRow
 from .checkpoint import CheckpointStore
-from .poller import Recorder
+from .results import Recorder
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ class FeedbackPass:
     def __init__(
         self,
         config: FeedbackConfig,
-        shard: tuple[int, int],
+        shard: Shard,
         source: Source,
         sink: Sink,
         store: CheckpointStore,
@@ -60,7 +60,7 @@ class FeedbackPass:
         phoenix: PhoenixAnnotations | None = None,
     ):
         self._config = config
-        self._shard_index, self._shard_total = shard
+        self._shard = shard
         self._source = source
         self._sink = sink
         self._store = store
@@ -82,7 +82,7 @@ class FeedbackPass:
         now = self._clock()
         since = self._source_clock.naive(datetime.fromtimestamp(now - self._config.window_seconds, UTC))
         first_id = self._source.first_id_created_at_or_after(since)
-        rated = [row for row in self._source.rated_runs(first_id, last_exported_id) if self._in_shard(row)]
+        rated = [row for row in self._source.rated_runs(first_id, last_exported_id) if in_shard(row.run_id, self._shard)]
         self._unmapped.note(row.feedback for row in rated)
         sent_before = self._store.sent_feedback([row.run_id for row in rated])
         changed = [row for row in rated if sent_before.get(row.run_id) != row.feedback]
@@ -107,5 +107,3 @@ class FeedbackPass:
             if self._phoenix is not None:
                 self._phoenix.upsert([evaluations.annotation(row) for row in chunk])
 
-    def _in_shard(self, row: FeedbackRow) -> bool:
-        return self._shard_total == 1 or shard_of(row.run_id, self._shard_total) == self._shard_index

@@ -27,8 +27,9 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from ..config import Config
 from ..ops.lease import lease_name
-from ..source.reader import make_engine, safe_url
-from .checkpoint import CheckpointError, shard_name
+from ..sharding import shard_name
+from ..source.engine import make_engine, safe_url
+from .checkpoint import CheckpointError
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +205,7 @@ class MySqlStoreLock(StoreLock):
 def store_lock(config: Config) -> StoreLock:
     """The lock for this config's state store and shard (not yet taken)."""
     url = make_url(config.state.url)
-    shard = shard_name(config)
+    shard = shard_name(config.shard)
     where = f"state store {safe_url(url)} (shard {shard})"
     backend = url.get_backend_name()
     if backend == "sqlite" and url.database and url.database != ":memory:":

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from ..pipeline.checkpoint import CheckpointError
+from ..sharding import Shard, shard_option
 from .reader import Source
 from .rows import RunRow
 
@@ -30,17 +31,16 @@ class SourceBehindError(CheckpointError):
 MARGIN_SECONDS = 600
 
 
-def rewind_command(saved_at: float | None, shard: tuple[int, int]) -> str:
+def rewind_command(saved_at: float | None, shard: Shard) -> str:
     """The command that makes the next poll read every id the source may have reused."""
-    index, total = shard
     if saved_at is None:
         return "run-otel rewind --since <the restored backup's time>"
     since = datetime.fromtimestamp(saved_at - MARGIN_SECONDS, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return f"run-otel rewind --since {since}" + (f" --shard {index}/{total}" if total > 1 else "")
+    return f"run-otel rewind --since {since}{shard_option(shard)}"
 
 
 def behind_message(
-    checkpoint: str, high_water: int, newest_id: int, source: str, shard: tuple[int, int], saved_at: float | None, reused: str = ""
+    checkpoint: str, high_water: int, newest_id: int, source: str, shard: Shard, saved_at: float | None, reused: str = ""
 ) -> str:
     newest = reused or (f"the newest run is id {newest_id}" if newest_id else "there are no runs")
     return (
@@ -59,7 +59,7 @@ class SourceGuard:
 
     source: Source
     checkpoint: str  # the shard's checkpoint and where it is stored, for the message
-    shard: tuple[int, int]
+    shard: Shard
     record: Callable[[int], None]  # the checkpoint-ahead gauge
     saved_at: Callable[[], float | None]  # when the checkpoint was last saved
     newest_seen: int | None = None

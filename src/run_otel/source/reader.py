@@ -8,176 +8,30 @@ it maps, never ``self_evaluation``, and user content only when capture is on.
 from __future__ import annotations
 
 import logging
-import ssl
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
-from sqlalchemy import Boolean, Engine, create_engine, event, func, select, type_coerce
-from sqlalchemy.engine import URL
-from sqlalchemy.exc import NoSuchModuleError, SQLAlchemyError
+from sqlalchemy import Boolean, Engine, func, select, type_coerce
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.sqltypes import NullType
 
-from ..config import VERIFYING_TLS_MODES, Config, ConfigError, SourceConfig
-from ..mapping.content import RUN_CONTENT_COLUMNS, TOOL_CONTENT_COLUMNS, ContentPolicy
+from ..config import Config
 from .clock import ClockSample, SourceClock
+from .columns import TOOL_COLUMNS, columns_read
+from .engine import make_engine, safe_url
+from .errors import ConnectionLost, SourceError
 from .evidence import DATABASE_COLUMN_COUNT, DatabaseSummaries, database_columns
 from .rows import TERMINAL_STATUSES, FeedbackRow, RunRow, ToolRow
 from .schema import diagnosis_run, tool_invocation
 
 log = logging.getLogger(__name__)
 
-# The columns read are the row types' fields, in their order, so rows build positionally;
-# the content columns come last, and only when the content policy asks for them.
-RUN_COLUMNS = tuple(name for name in RunRow._fields if name not in RUN_CONTENT_COLUMNS)
-TOOL_COLUMNS = tuple(name for name in ToolRow._fields if name not in TOOL_CONTENT_COLUMNS)
-
-
 class Backlog(NamedTuple):
     newest_id: int
     runs: int  # run ids above the checkpoint
     seconds: float | None  # the newest run's created_at minus the checkpoint run's
-
-
-class SourceError(RuntimeError):
-    """The database could not be read. The message never holds a password."""
-
-
-class ConnectionLost(SourceError):
-    """The connection to the database was lost or refused: worth retrying."""
-
-
-def safe_url(url: URL) -> str:
-    return url.render_as_string(hide_password=True)
-
-
-def make_engine(url: URL, connect_timeout: float = 10.0, source: SourceConfig | None = None, **kwargs) -> Engine:
-    """An engine with pre-ping, so a restarted database is reconnected transparently.
-
-    For the agent's database (``source`` given) on MySQL/MariaDB, every session
-    gets the statement timeout and, when configured, TLS.
-    """
-    connect_args: dict = {}
-    if url.get_backend_name() == "mysql":
-        connect_args = {"connect_timeout": max(1, int(connect_timeout)), "charset": "utf8mb4"}
-        # Each poll must see rows committed since the last one.
-        kwargs.setdefault("isolation_level", "READ COMMITTED")
-        if source is not None:
-            connect_args.update(_mysql_source_args(url, source))
-    elif url.get_backend_name() == "sqlite" and source is not None:
-        connect_args = {"timeout": source.statement_timeout_seconds}
-    try:
-        if url.get_driver_name() == "mysqlconnector":
-            _warn_without_c_extension()
-        engine = create_engine(url, pool_pre_ping=True, connect_args=connect_args, **kwargs)
-    except NoSuchModuleError:
-        hint = "; for MySQL and MariaDB use mysql+pymysql, mysql+mysqlconnector or mysql+mysqldb"
-        raise ConfigError(
-            f"{safe_url(url)}: SQLAlchemy knows no {url.drivername!r}" + (hint if url.get_backend_name() == "mysql" else "")
-        ) from None
-    except ImportError as exc:
-        install = _DRIVER_EXTRAS.get(url.get_driver_name(), "install the driver's package")
-        raise ConfigError(f"{safe_url(url)}: the driver is not installed (no module {exc.name!r}): {install}") from None
-    if url.get_backend_name() == "mysql" and source is not None:
-        event.listen(engine, "connect", _session_setup(source))
-    return engine
-
-
-# The drivers run-otel ships an extra for, and how to get them.
-_DRIVER_EXTRAS = {
-    "mysqlconnector": "pip install 'run-otel[mysql-connector]'",
-    "mysqldb": "apt-get install libmariadb-dev pkg-config, then pip install 'run-otel[mysqlclient]'",
-}
-
-
-def _warn_without_c_extension() -> None:
-    """mysql-connector-python quietly runs in pure Python when its C extension does not
-    load, several times slower than PyMySQL; say so once, where the engine is built."""
-    import mysql.connector
-
-    if not mysql.connector.HAVE_CEXT:
-        log.warning(
-            "mysql-connector-python's C extension did not load, so it runs in pure Python, slower than "
-            "PyMySQL: use a mysql+pymysql:// URL, or a mysql-connector-python release built for this system's OpenSSL"
-        )
-
-
-def _mysql_source_args(url: URL, source: SourceConfig) -> dict:
-    # The server-side limits below end a statement; the socket timeout is the
-    # backstop for a server that stops answering altogether.
-    backstop = int(source.statement_timeout_seconds) + 10
-    args: dict = {"read_timeout": backstop, "write_timeout": backstop}
-    args.update(_TLS_ARGS.get(url.get_driver_name(), _mysqlclient_tls)(source))
-    return args
-
-
-def _pymysql_tls(source: SourceConfig) -> dict:
-    """PyMySQL's arguments for source.tls_mode; "preferred" is its own default."""
-    if source.tls_mode == "disabled":
-        return {"ssl_disabled": True}
-    if source.tls_mode == "preferred":
-        return {}
-    verify = source.tls_mode in VERIFYING_TLS_MODES
-    context = ssl.create_default_context(cafile=source.tls_ca or None)
-    context.check_hostname = source.tls_mode == "verify_identity"
-    if not verify:
-        context.verify_mode = ssl.CERT_NONE
-    if source.tls_cert:
-        context.load_cert_chain(source.tls_cert, source.tls_key or None)
-    return {"ssl": context}
-
-
-def _mysqlclient_tls(source: SourceConfig) -> dict:
-    """mysqlclient's form of the same settings."""
-    files = {"ca": source.tls_ca, "cert": source.tls_cert, "key": source.tls_key}
-    args: dict = {"ssl_mode": source.tls_mode.upper()}
-    if any(files.values()):
-        args["ssl"] = {k: v for k, v in files.items() if v}
-    return args
-
-
-def _mysqlconnector_tls(source: SourceConfig) -> dict:
-    """mysql-connector-python's form. It has no "required" of its own: with TLS not
-    disabled it falls back to plain text, so the session check below enforces it."""
-    if source.tls_mode == "disabled":
-        return {"ssl_disabled": True}
-    files = {"ssl_ca": source.tls_ca, "ssl_cert": source.tls_cert, "ssl_key": source.tls_key}
-    args: dict = {k: v for k, v in files.items() if v}
-    if source.tls_mode in VERIFYING_TLS_MODES:
-        args["ssl_verify_cert"] = True
-        args["ssl_verify_identity"] = source.tls_mode == "verify_identity"
-    return args
-
-
-_TLS_ARGS = {"pymysql": _pymysql_tls, "mysqldb": _mysqlclient_tls, "mysqlconnector": _mysqlconnector_tls}
-
-
-def _session_setup(source: SourceConfig):
-    """Per-session limits: MariaDB's max_statement_time, MySQL's max_execution_time,
-    and lock_wait_timeout for metadata locks (LOCK TABLES, ALTER TABLE) on both.
-    Where TLS is required, the session must really be encrypted: a driver that falls
-    back to plain text is refused here, whatever its own settings did."""
-    seconds = source.statement_timeout_seconds
-    whole = max(1, int(seconds))
-    tls_required = source.tls_mode not in ("disabled", "preferred")
-
-    def on_connect(dbapi_connection, _record) -> None:
-        cursor = dbapi_connection.cursor()
-        try:
-            cursor.execute("SELECT VERSION()")
-            mariadb = "mariadb" in str(cursor.fetchone()[0]).lower()
-            limit = f"max_statement_time = {seconds:g}" if mariadb else f"max_execution_time = {int(seconds * 1000)}"
-            cursor.execute(f"SET SESSION {limit}, SESSION lock_wait_timeout = {whole}")
-            if tls_required:
-                cursor.execute("SHOW SESSION STATUS LIKE 'Ssl_cipher'")
-                row = cursor.fetchone()
-                if not row or not row[1]:
-                    raise SourceError(f"source.tls_mode = {source.tls_mode}, but the session is not encrypted")
-        finally:
-            cursor.close()
-
-    return on_connect
 
 
 # Server errors that mean a statement hit the timeout rather than failed.
@@ -226,14 +80,13 @@ class Source:
         self.engine = engine or make_engine(self._url, config.source.connect_timeout_seconds, config.source)
         self._chunk = config.poll.tool_chunk_size
         self._unwrapped_errors = _unwrapped_driver_errors() if self.engine.dialect.driver == "mysqlconnector" else ()
-        content = ContentPolicy.build(config.content, config.trace.conventions)
-        run_cols = RUN_COLUMNS + content.run_columns()
-        tool_cols = TOOL_COLUMNS + content.tool_columns()
+        self.clock = SourceClock(config.source.timezone)
+        run_cols, tool_cols = columns_read(config.content)
         self._run_select = select(*(diagnosis_run.c[name] for name in run_cols))
         columns: list[ColumnElement] = [_as_stored(tool_invocation.c[name]) for name in tool_cols]
         # Without capture, MySQL/MariaDB summarize retrieval_details themselves: the evidence
         # text, often kilobytes a call, then never leaves the database.
-        self._evidence_at = TOOL_COLUMNS.index("retrieval_details") if self._summarize_evidence(content, config.source) else None
+        self._evidence_at = TOOL_COLUMNS.index("retrieval_details") if self._summarize_evidence(config) else None
         if self._evidence_at is not None:
             at = self._evidence_at
             columns[at : at + 1] = database_columns(tool_invocation.c.retrieval_details)
@@ -243,8 +96,8 @@ class Source:
     def describe(self) -> str:
         return safe_url(self._url)
 
-    def _summarize_evidence(self, content: ContentPolicy, source: SourceConfig) -> bool:
-        return source.evidence_in_database and not content.capture and self.engine.dialect.name == "mysql"
+    def _summarize_evidence(self, config: Config) -> bool:
+        return config.source.evidence_in_database and not config.content.capture and self.engine.dialect.name == "mysql"
 
     def summarizes_evidence(self) -> bool:
         return self._evidence_at is not None

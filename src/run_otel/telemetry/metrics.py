@@ -27,8 +27,8 @@ from .. import __version__
 from ..config import Config
 from ..mapping import attributes as A
 from ..mapping.spans import MAX_DURATION_MS, root_span_id_for, tool_span_id_for, trace_id_for
-from ..pipeline.checkpoint import shard_name
 from ..pipeline.poller import PollResult, Recorder
+from ..sharding import shard_name
 from ..source.rows import INTENTS, RELEASE_OUTCOMES, RELEVANCE_LEVELS, RETRIEVAL_LAYERS, TERMINAL_STATUSES, WAITING_STATUSES
 from . import instruments as I
 from .exemplars import ExemplarCollector, ExemplarStore, span_context
@@ -74,7 +74,7 @@ class BridgeMetrics(Recorder):
         self._settle = config.poll.settle_seconds
         self._feedback = config.feedback
         self._count_feedback = config.feedback.enabled
-        self._shard = shard_name(config)
+        self._shard = shard_name(config.shard)
         self._i: dict[str, Any] = {}
         factories: dict[str, Callable[..., Any]] = {
             I.COUNTER: meter.create_counter,

@@ -1,0 +1,82 @@
+"""`run-otel backfill` from the plan to the outcome: probe the id range, export
+it with a progress report, and on a stop say where to resume. The command line
+renders what this returns."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+
+from ..config import Config
+from ..export.sinks import ExportError
+from ..factory import build_backfill, build_parts, start_metrics
+from ..mapping.spans import trace_id_for
+from ..pipeline.backfill import Plan, Window, order_warning, plan, resume_hint
+from ..pipeline.results import PollResult
+from ..source.reader import SourceError
+
+# Given a label and the ids to read, a context that yields the function told (ids read, rate).
+Progress = Callable[[str, int], AbstractContextManager[Callable[[int, str], None]]]
+
+
+@dataclass
+class BackfillOutcome:
+    plan: Plan
+    window: Window
+    total: PollResult = field(default_factory=PollResult)
+    read_to: int = 0  # every id up to here was read and its runs sent
+    first_trace: str = ""
+    last_trace: str = ""
+    seconds: float = 0.0
+    warning: str | None = None  # ids may be out of created_at order: runs may have been missed
+    failure: str | None = None  # why it stopped early, with the resume line
+
+    def add(self, result: PollResult, cursor: int) -> None:
+        self.read_to = cursor
+        self.total.add(result)  # here, not from the pass's return: a failed backfill still reports what it sent
+        if result.runs:
+            self.first_trace = self.first_trace or trace_id_for(result.runs[0].run.run_id).hex()
+            self.last_trace = trace_id_for(result.runs[-1].run.run_id).hex()
+
+
+def run_backfill(
+    config: Config, window: Window, ids: tuple[int | None, int | None, bool], with_metrics: bool, progress: Progress
+) -> BackfillOutcome:
+    """``ids`` is (--from-id, --to-id, --full-scan)."""
+    metrics, server = start_metrics(config) if with_metrics else (None, None)
+    parts = build_parts(config, recorder=metrics)
+    backfill = build_backfill(parts)
+    ids_plan = plan(parts.source, window, *ids)
+    signal.signal(signal.SIGTERM, lambda *_: backfill.stop_requested.set())
+    outcome = BackfillOutcome(ids_plan, window, read_to=ids_plan.first_id - 1)
+    started = time.monotonic()
+    error: Exception | None = None
+    if not ids_plan.empty:
+        label = f"backfill ids {ids_plan.first_id}..{ids_plan.last_id}"
+        with progress(label, ids_plan.last_id - ids_plan.first_id + 1) as advance:
+
+            def on_batch(result: PollResult, cursor: int) -> None:
+                outcome.add(result, cursor)
+                rate = outcome.total.spans / max(time.monotonic() - started, 1e-9)
+                advance(cursor - ids_plan.first_id + 1, f"{rate:,.0f} spans/s")
+
+            try:
+                backfill.run(ids_plan.first_id, ids_plan.last_id, on_batch, record_metrics=with_metrics, created_in=window.contains)
+            except (SourceError, ExportError) as exc:  # what was sent stays sent: say where to resume
+                error = exc
+    outcome.seconds = time.monotonic() - started
+    # The order probes read the database; after a failure it may be away, and the resume line matters more.
+    outcome.warning = order_warning(ids_plan, outcome.total.outside_window, parts.source) if error is None else None
+    if server:
+        server.stop()
+    if metrics:
+        metrics.shutdown()
+    resume = resume_hint(outcome.read_to, ids_plan.last_id)
+    if error is not None:
+        outcome.failure = f"{error}; stopped after run id {outcome.read_to}: {resume}"
+    elif backfill.stop_requested.is_set() and outcome.read_to < ids_plan.last_id:
+        outcome.failure = f"stopped by SIGTERM after run id {outcome.read_to}: {resume}"
+    return outcome

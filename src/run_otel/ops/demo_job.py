@@ -1,0 +1,60 @@
+"""`run-otel demo` from the seed to the traces: generate a workload, seed the
+SQLite file, export it through the same poller as the daemon, and map the two
+runs worth looking at. The command line renders what this returns."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from ..config import Config
+from ..export.sinks import JsonFileSink, Sink, build_sink
+from ..factory import build_parts, build_poller
+from ..pipeline.results import PollResult, Recorder
+from ..source.reader import Source
+from .demo import Workload, demo_config, generate, interesting_runs, seed_demo_database
+from .operations import RunTrace, run_trace
+
+
+@dataclass
+class DemoSetup:
+    config: Config
+    workload: Workload
+    sink: Sink  # the OTLP endpoint when OTEL_EXPORTER_OTLP_ENDPOINT is set, else a JSON file
+
+
+def prepare_demo(base: Config, db_path: Path, out_path: Path, runs: int, seed: int, anchor: datetime) -> DemoSetup:
+    """Seeds ``db_path`` afresh, with a fresh state store beside it."""
+    workload = generate(seed, runs, anchor)
+    seed_demo_database(db_path, workload)
+    state_path = db_path.with_name(db_path.name + ".state")
+    state_path.unlink(missing_ok=True)
+    config = demo_config(base, db_path, state_path)
+    sink: Sink
+    if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        sink = build_sink(config)
+    else:
+        out_path.unlink(missing_ok=True)
+        sink = JsonFileSink(out_path)
+    return DemoSetup(config, workload, sink)
+
+
+def export_demo(setup: DemoSetup, recorder: Recorder) -> PollResult:
+    """One poll over the whole workload; the sink is closed after it."""
+    try:
+        return build_poller(build_parts(setup.config, recorder=recorder, sink=setup.sink)).poll()
+    finally:
+        setup.sink.close()
+
+
+def demo_traces(setup: DemoSetup) -> list[tuple[str, RunTrace]]:
+    """A failed run and a RAG-heavy run, as `run-otel show` would print them."""
+    source = Source(setup.config)
+    try:
+        titled = zip(("a failed run", "a RAG-heavy run"), interesting_runs(setup.workload))
+        traces = [(title, run_trace(setup.config, source, run_id)) for title, run_id in titled if run_id]
+    finally:
+        source.close()
+    return [(title, trace) for title, trace in traces if trace is not None]

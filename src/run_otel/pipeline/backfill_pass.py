@@ -1,0 +1,102 @@
+"""A backfill's pass over an id range: read each batch (the next one while this
+one is sent), keep the finished runs of the shard created in the window, and
+export them. The checkpoint is neither read nor moved."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import partial
+
+from ..config import PollConfig
+from ..sharding import Shard, in_shard
+from ..source.clock import SourceClock
+from ..source.reader import Source
+from ..source.reconnect import Reconnecting
+from ..source.rows import RunRow, ToolRow, is_terminal
+from .gc_policy import BatchCollection
+from .readahead import ReadAhead
+from .results import PollResult, Recorder
+from .run_export import RunExporter
+from .transitions import Rules, timed_out
+
+
+@dataclass(frozen=True)
+class _Batch:
+    cursor: int  # the last run id read
+    inside: list[RunRow]  # the runs created inside the window
+    ready: list[RunRow]  # of those, this shard's finished or timed-out runs
+    tools: dict[str, list[ToolRow]]
+    outside_window: int
+
+    @property
+    def incomplete(self) -> set[int]:
+        """The ready runs that timed out rather than finished."""
+        return {r.id for r in self.ready if not is_terminal(r.status)}
+
+
+class BackfillPass:
+    def __init__(
+        self,
+        poll: PollConfig,
+        shard: Shard,
+        source: Source,
+        exporter: RunExporter,
+        source_clock: SourceClock,
+        recorder: Recorder,
+        clock: Callable[[], float] = time.time,
+    ):
+        self._batch_size = poll.batch_size
+        self._shard = shard
+        self._source = source
+        self._exporter = exporter
+        self._source_clock = source_clock
+        self._recorder = recorder
+        self._clock = clock
+        self._rules = Rules.from_config(poll)
+        self.stop_requested = threading.Event()
+        # A backfill's reads outlive a database restart; the daemon has its own backoff between polls.
+        self._read = Reconnecting(poll.backfill_retry_seconds, poll.retry_initial_seconds, poll.retry_max_seconds, self.stop_requested)
+
+    def run(
+        self,
+        first_id: int,
+        last_id: int,
+        on_batch: Callable[[PollResult, int], None] = lambda result, cursor: None,
+        record_metrics: bool = False,
+        created_in: Callable[[RunRow], bool] = lambda run: True,
+    ) -> PollResult:
+        """Exports the finished runs with ids in [first_id, last_id] that ``created_in``
+        accepts. The next batch is read while this one is mapped and sent."""
+        total = PollResult()
+        with BatchCollection() as collection, ReadAhead(self._batches(first_id, last_id, created_in)) as batches:
+            for batch in batches:
+                for run in batch.inside:
+                    self._exporter.note_status(run.status)
+                result = self._exporter.export(batch.ready, batch.incomplete, batch.tools)
+                result.outside_window = batch.outside_window
+                if record_metrics:
+                    self._recorder.runs_exported(result, self._clock())
+                total.add(result)
+                on_batch(result, batch.cursor)
+                collection.after_batch()
+        return total
+
+    def _batches(self, first_id: int, last_id: int, created_in: Callable[[RunRow], bool]) -> Iterator[_Batch]:
+        """The id range's batches with their tool rows: pure reads, run in the read-ahead thread."""
+        cursor = first_id - 1
+        while cursor < last_id and not self.stop_requested.is_set():
+            runs = self._read(partial(self._source.runs_after, cursor, self._batch_size, until_id=last_id))
+            if not runs:
+                return
+            cursor = runs[-1].id
+            now = self._clock()
+            inside = [run for run in runs if created_in(run)]
+            ready = [r for r in inside if in_shard(r.run_id, self._shard) and self._finished(r, now)]
+            tools = self._read(partial(self._source.tools_for, [r.run_id for r in ready])) if ready else {}
+            yield _Batch(cursor, inside, ready, tools, len(runs) - len(inside))
+
+    def _finished(self, run: RunRow, now: float) -> bool:
+        return is_terminal(run.status) or timed_out(self._source_clock.epoch(run.created_at), now, now, self._rules)
