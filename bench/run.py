@@ -298,7 +298,7 @@ def measure_sdk_baseline(url: str, receiver: CountingReceiver, batch_size: int =
 
     from run_otel.config import build_config
     from run_otel.factory import build_mapper
-    from run_otel.mapping.spans import STATUS_ERROR
+    from run_otel.mapping.span_data import STATUS_ERROR
     from run_otel.source.reader import Source
 
     receiver.reset()

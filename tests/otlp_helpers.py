@@ -10,7 +10,7 @@ from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from run_otel.export.encoding import encode_request, encode_span
-from run_otel.mapping.spans import SpanData
+from run_otel.mapping.span_data import SpanData
 
 _ID_FIELDS = ("traceId", "spanId", "parentSpanId")
 

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from run_otel.export.encoding import FastEncoder, encode_request, encode_span
-from run_otel.mapping.spans import SpanData
+from run_otel.mapping.span_data import SpanData
 
 text = st.text(max_size=40)
 attribute_value = st.one_of(

@@ -13,7 +13,7 @@ from run_otel.export.sending import RequestSender
 from run_otel.export.sinks import JsonFileSink
 from run_otel.mapping import attributes as A
 from run_otel.mapping.limits import AttributeLimits, cut_to
-from run_otel.mapping.spans import SpanData
+from run_otel.mapping.span_data import SpanData
 
 ENCODER = FastEncoder({"service.name": "diagnosis-agent"})
 

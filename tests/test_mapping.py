@@ -14,7 +14,8 @@ from run_otel.export.encoding import resource_attributes
 from run_otel.factory import build_mapper
 from run_otel.mapping import attributes as A
 from run_otel.mapping.content import is_content_attribute
-from run_otel.mapping.spans import STATUS_ERROR, STATUS_OK, STATUS_UNSET, Mapper
+from run_otel.mapping.span_data import STATUS_ERROR, STATUS_OK, STATUS_UNSET
+from run_otel.mapping.spans import Mapper
 from run_otel.source.clock import SourceClock
 from run_otel.source.rows import RunRow, ToolRow
 

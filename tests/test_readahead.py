@@ -9,8 +9,8 @@ import time
 import pytest
 from servers import wait_for
 
-from run_otel.mapping.memo import Memo
 from run_otel.pipeline.readahead import ReadAhead
+from run_otel.source.memo import Memo
 
 
 def test_items_arrive_in_order_and_all_of_them():

@@ -99,7 +99,7 @@ def test_a_restore_refilled_past_the_mark_is_caught_by_the_run_at_the_mark(agent
     the newest id is above the mark again, but the run at the mark is another one."""
     from run_otel.config import build_config
     from run_otel.factory import build_parts, build_poller
-    from run_otel.source.guard import SourceBehindError
+    from run_otel.pipeline.guard import SourceBehindError
 
     add_runs(agent_db, 10)
     parts = build_parts(build_config(bridge_sections(agent_db, tmp_path, otlp.endpoint("grpc"))))

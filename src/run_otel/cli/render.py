@@ -15,7 +15,7 @@ from rich.tree import Tree
 
 from ..config import Config
 from ..mapping import attributes as A
-from ..mapping.spans import STATUS_ERROR, MappedRun, SpanData
+from ..mapping.span_data import STATUS_ERROR, MappedRun, SpanData
 from ..pipeline.results import PollResult, Recorder
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 from .. import __version__
 from ..config import Config
 from ..mapping import attributes as A
-from ..mapping.spans import AttrValue, SpanData
+from ..mapping.span_data import AttrValue, SpanData
 from ..otel_env import resource_attributes_from_env
 
 

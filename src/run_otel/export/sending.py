@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ..mapping.limits import cut_to
-from ..mapping.spans import SpanData
+from ..mapping.span_data import SpanData
 from .encoding import FastEncoder
 from .sinks import Ack, Sink, TooLarge
 

@@ -27,7 +27,7 @@ from ..export.encoding import any_value
 from ..source.clock import SourceClock
 from ..source.rows import FeedbackRow
 from . import attributes as A
-from .spans import MAX_DURATION_MS, AttrValue, SpanData, _nonzero, root_span_id_for, trace_id_for
+from .span_data import MAX_DURATION_MS, AttrValue, SpanData, nonzero_window, root_span_id_for, trace_id_for
 
 # Phoenix upserts on (name, span, identifier): one fixed identifier keeps one current rating per run.
 ANNOTATION_IDENTIFIER = "diagnosis_run.feedback"
@@ -36,7 +36,7 @@ _US = 1_000
 
 def feedback_span_id_for(run_id: str, feedback: str, rated_at_ns: int) -> bytes:
     """One id per rating: a re-send is the same span, a new rating (even back to an old value) a new one."""
-    return _nonzero(hashlib.sha256(f"feedback:{run_id}:{feedback}:{rated_at_ns}".encode()).digest(), 8)
+    return nonzero_window(hashlib.sha256(f"feedback:{run_id}:{feedback}:{rated_at_ns}".encode()).digest(), 8)
 
 
 class Evaluations:

@@ -15,13 +15,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from ..config import TraceConfig
 from . import attributes as A
-
-if TYPE_CHECKING:  # mapping builds its spans through this module
-    from .spans import AttrValue, SpanData
+from .span_data import AttrValue, SpanData
 
 _DOCUMENT_PREFIX = A.OI_RETRIEVAL_DOCUMENTS + "."
 

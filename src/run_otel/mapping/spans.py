@@ -6,33 +6,32 @@ makes an at-least-once re-export byte-identical (SPEC section 1).
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
-
-from opentelemetry.proto.trace.v1.trace_pb2 import Status
+from typing import Any
 
 from ..config import Config
 from ..source.clock import SourceClock
 from ..source.evidence import Evidence, summarize
+from ..source.memo import Memo
 from ..source.rows import RELEVANCE_LEVELS, RETRIEVAL_LAYERS, RunRow, ToolRow
 from . import attributes as A
 from .content import ContentPolicy
 from .documents import openinference_documents, retrieval_documents
 from .limits import AttributeLimits
-from .memo import Memo
-
-AttrValue = str | bool | int | float | tuple[str, ...]
-# A span event: name, time, attributes.
-Event = tuple[str, int, tuple[tuple[str, AttrValue], ...]]
-
-# OTLP's own status codes (UNSET 0, OK 1, ERROR 2).
-STATUS_UNSET = Status.STATUS_CODE_UNSET
-STATUS_OK = Status.STATUS_CODE_OK
-STATUS_ERROR = Status.STATUS_CODE_ERROR
+from .span_data import (
+    MAX_DURATION_MS,
+    STATUS_ERROR,
+    STATUS_OK,
+    STATUS_UNSET,
+    AttrValue,
+    Event,
+    MappedRun,
+    SpanData,
+    root_span_id_for,
+    tool_span_id_for,
+    trace_id_for,
+)
 
 # How each outcome shows in a trace list: (status, error.type, description). Jaeger's list marks
 # only errors, so the outcomes where the user did not get the agent's own answer are errors, each
@@ -45,72 +44,9 @@ _OUTCOMES = {
 }
 _INCOMPLETE = (STATUS_ERROR, A.ERROR_RUN_INCOMPLETE, "run did not finish in time")
 
-_UUID_RUN_ID = re.compile(
-    r"run-([0-9a-fA-F]{8})-([0-9a-fA-F]{4})-([0-9a-fA-F]{4})-([0-9a-fA-F]{4})-([0-9a-fA-F]{12})"
-)
 _NS_PER_MS = 1_000_000
-# A duration beyond a day is a broken row, not a slow call: treat it as absent
-# so one bad value does not stretch a trace over weeks.
-MAX_DURATION_MS = 86_400_000
 # Longer error messages are redacted every time rather than held as memo keys.
 _MEMO_MAX_CHARS = 1024
-
-
-class SpanData(NamedTuple):
-    trace_id: bytes
-    span_id: bytes
-    parent_span_id: bytes
-    name: str
-    start_ns: int
-    end_ns: int
-    attributes: tuple[tuple[str, AttrValue], ...]
-    status_code: int = STATUS_UNSET
-    status_message: str = ""
-    # Attributes removed to fit the limits (OTLP's own count; see limits.py).
-    dropped_attributes_count: int = 0
-    events: tuple[Event, ...] = ()
-
-    def attribute_map(self) -> dict[str, AttrValue]:
-        return dict(self.attributes)
-
-
-@dataclass(frozen=True)
-class MappedRun:
-    """A run's spans, root first, and the warnings its rows raised."""
-
-    spans: list[SpanData]
-    warnings: list[str] = field(default_factory=list)
-
-    @property
-    def root(self) -> SpanData:
-        return self.spans[0]
-
-
-def _nonzero(digest: bytes, size: int) -> bytes:
-    """The first non-zero ``size``-byte window of ``digest`` (OTLP forbids all-zero ids)."""
-    for offset in range(0, len(digest) - size + 1, size):
-        chunk = digest[offset : offset + size]
-        if any(chunk):
-            return chunk
-    return _nonzero(hashlib.sha256(digest).digest(), size)  # pragma: no cover - 2^-128 odds
-
-
-def trace_id_for(run_id: str) -> bytes:
-    """The UUID's 128 bits for ``run-<uuid>``, else SHA-256 of ``diagnosis_run:<run_id>``."""
-    match = _UUID_RUN_ID.fullmatch(run_id)
-    if match:
-        uuid_bytes = bytes.fromhex("".join(match.groups()))
-        if any(uuid_bytes):
-            return uuid_bytes
-    return _nonzero(hashlib.sha256(f"diagnosis_run:{run_id}".encode()).digest(), 16)
-
-
-def root_span_id_for(run_id: str) -> bytes:
-    return _nonzero(hashlib.sha256(f"run:{run_id}".encode()).digest(), 8)
-
-
-def tool_span_id_for(run_id: str, tool_id: int) -> bytes:
-    return _nonzero(hashlib.sha256(f"tool_invocation:{run_id}:{tool_id}".encode()).digest(), 8)
 
 
 class Mapper:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from ..config import Config
 from ..export.sinks import ExportError
 from ..factory import build_backfill, build_parts, start_metrics
-from ..mapping.spans import trace_id_for
+from ..mapping.span_data import trace_id_for
 from ..pipeline.backfill import Plan, Window, order_warning, plan, resume_hint
 from ..pipeline.results import PollResult
 from ..source.reader import SourceError

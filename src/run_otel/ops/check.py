@@ -228,7 +228,7 @@ def _check_state(config: Config) -> Iterator[Finding]:
 
 def _check_checkpoint_ahead(config: Config, source: Source) -> Iterator[Finding]:
     """Every shard's high-water mark against the newest run id: above it, the source went backwards."""
-    from ..source.guard import behind_message
+    from ..pipeline.guard import behind_message
 
     try:
         store = CheckpointStore(config, create=False)

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from sqlalchemy import text
 
 from ..config import Config
-from ..mapping.spans import MappedRun, trace_id_for
+from ..mapping.span_data import MappedRun, trace_id_for
 from ..pipeline.checkpoint import Checkpoint, CheckpointStore
 from ..pipeline.run_export import RunExporter
 from ..source.reader import Backlog, Source

@@ -16,11 +16,11 @@ from collections.abc import Callable
 from ..config import PollConfig
 from ..sharding import Shard, in_shard
 from ..source.clock import SourceClock, zone_finding
-from ..source.guard import SourceGuard
 from ..source.reader import Source, SourceError
 from ..source.rows import RunRow
 from .checkpoint import Checkpoint, CheckpointStore
 from .gc_policy import BatchCollection
+from .guard import SourceGuard
 from .results import PollResult, Recorder
 from .run_export import RunExporter
 from .transitions import Rules, advance, classify, expire_gaps, initial_checkpoint

@@ -7,7 +7,8 @@ import logging
 from collections.abc import Sequence
 
 from ..export.sending import RequestSender
-from ..mapping.spans import MappedRun, Mapper
+from ..mapping.span_data import MappedRun
+from ..mapping.spans import Mapper
 from ..source.clock import SourceClock
 from ..source.reader import Source
 from ..source.readings import read_run, read_tool

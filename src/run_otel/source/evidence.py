@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import case, func, literal_column
 from sqlalchemy.sql.elements import ColumnElement
 
-from ..mapping.memo import Memo
+from .memo import Memo
 
 
 class Evidence(NamedTuple):

@@ -26,7 +26,7 @@ from prometheus_client.exposition import choose_encoder
 from .. import __version__
 from ..config import Config
 from ..mapping import attributes as A
-from ..mapping.spans import MAX_DURATION_MS, root_span_id_for, tool_span_id_for, trace_id_for
+from ..mapping.span_data import MAX_DURATION_MS, root_span_id_for, tool_span_id_for, trace_id_for
 from ..pipeline.poller import PollResult, Recorder
 from ..sharding import shard_name
 from ..source.rows import INTENTS, RELEASE_OUTCOMES, RELEVANCE_LEVELS, RETRIEVAL_LAYERS, TERMINAL_STATUSES, WAITING_STATUSES

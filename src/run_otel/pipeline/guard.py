@@ -14,10 +14,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from ..pipeline.checkpoint import CheckpointError
 from ..sharding import Shard, shard_option
-from .reader import Source
-from .rows import RunRow
+from ..source.reader import Source
+from ..source.rows import RunRow
+from .checkpoint import CheckpointError
 
 log = logging.getLogger(__name__)
 

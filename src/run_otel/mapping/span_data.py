@@ -1,0 +1,86 @@
+"""A span as plain data, before encoding, and the ids every run's spans get.
+
+The ids are pure functions of the row (the run_id, the tool row's id), so a
+re-export gives the same trace, and a trace id is the run's UUID where it has one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from opentelemetry.proto.trace.v1.trace_pb2 import Status
+
+AttrValue = str | bool | int | float | tuple[str, ...]
+# A span event: name, time, attributes.
+Event = tuple[str, int, tuple[tuple[str, AttrValue], ...]]
+
+# OTLP's own status codes (UNSET 0, OK 1, ERROR 2).
+STATUS_UNSET = Status.STATUS_CODE_UNSET
+STATUS_OK = Status.STATUS_CODE_OK
+STATUS_ERROR = Status.STATUS_CODE_ERROR
+
+# A duration beyond a day is a broken row, not a slow call: treat it as absent
+# so one bad value does not stretch a trace over weeks.
+MAX_DURATION_MS = 86_400_000
+_UUID_RUN_ID = re.compile(
+    r"run-([0-9a-fA-F]{8})-([0-9a-fA-F]{4})-([0-9a-fA-F]{4})-([0-9a-fA-F]{4})-([0-9a-fA-F]{12})"
+)
+
+class SpanData(NamedTuple):
+    trace_id: bytes
+    span_id: bytes
+    parent_span_id: bytes
+    name: str
+    start_ns: int
+    end_ns: int
+    attributes: tuple[tuple[str, AttrValue], ...]
+    status_code: int = STATUS_UNSET
+    status_message: str = ""
+    # Attributes removed to fit the limits (OTLP's own count; see limits.py).
+    dropped_attributes_count: int = 0
+    events: tuple[Event, ...] = ()
+
+    def attribute_map(self) -> dict[str, AttrValue]:
+        return dict(self.attributes)
+
+
+@dataclass(frozen=True)
+class MappedRun:
+    """A run's spans, root first, and the warnings its rows raised."""
+
+    spans: list[SpanData]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def root(self) -> SpanData:
+        return self.spans[0]
+
+
+def nonzero_window(digest: bytes, size: int) -> bytes:
+    """The first non-zero ``size``-byte window of ``digest`` (OTLP forbids all-zero ids)."""
+    for offset in range(0, len(digest) - size + 1, size):
+        chunk = digest[offset : offset + size]
+        if any(chunk):
+            return chunk
+    return nonzero_window(hashlib.sha256(digest).digest(), size)  # pragma: no cover - 2^-128 odds
+
+
+def trace_id_for(run_id: str) -> bytes:
+    """The UUID's 128 bits for ``run-<uuid>``, else SHA-256 of ``diagnosis_run:<run_id>``."""
+    match = _UUID_RUN_ID.fullmatch(run_id)
+    if match:
+        uuid_bytes = bytes.fromhex("".join(match.groups()))
+        if any(uuid_bytes):
+            return uuid_bytes
+    return nonzero_window(hashlib.sha256(f"diagnosis_run:{run_id}".encode()).digest(), 16)
+
+
+def root_span_id_for(run_id: str) -> bytes:
+    return nonzero_window(hashlib.sha256(f"run:{run_id}".encode()).digest(), 8)
+
+
+def tool_span_id_for(run_id: str, tool_id: int) -> bytes:
+    return nonzero_window(hashlib.sha256(f"tool_invocation:{run_id}:{tool_id}".encode()).digest(), 8)
