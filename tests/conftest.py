@@ -122,6 +122,15 @@ def otlp(tmp_path) -> Otlp:
     receiver.stop()
 
 
+@pytest.fixture
+def receiver():
+    """The in-process OTLP/gRPC receiver alone, for tests that need no collector in between."""
+    server = Receiver()
+    server.start()
+    yield server
+    server.stop()
+
+
 def utc_now_naive() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None, microsecond=0)
 

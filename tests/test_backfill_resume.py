@@ -16,14 +16,6 @@ from servers import Receiver, wait_for, with_driver
 RUNS = 50_000
 
 
-@pytest.fixture
-def receiver():
-    server = Receiver()
-    server.start()
-    yield server
-    server.stop()
-
-
 def start_backfill(private_mariadb, receiver: Receiver, tmp_path, driver: str, retry_seconds: float) -> subprocess.Popen:
     url = private_mariadb.create_database("agent")
     conn = private_mariadb.root("agent")

@@ -4,17 +4,19 @@ with a counted warning, and none blocks the runs after it."""
 from __future__ import annotations
 
 import logging
-import uuid
 from collections import defaultdict
-from datetime import timedelta
 
-from conftest import bridge_config, utc_now_naive
+from conftest import bridge_config
+from helpers import (
+    add_run,
+    add_tool,
+    new_run_id,
+    seed_corpus,
+)
 from servers import wait_for
 
 from run_otel.factory import build_parts, build_poller
 from run_otel.pipeline.results import Recorder
-
-OLD = utc_now_naive() - timedelta(hours=2)
 
 
 class CountingRecorder(Recorder):
@@ -27,94 +29,6 @@ class CountingRecorder(Recorder):
 
     def runs_exported(self, result, acked_at: float) -> None:
         self.run_ids.extend(e.run.run_id for e in result.runs)
-
-
-def sql_literal(value) -> str:
-    if value is None:
-        return "NULL"
-    if isinstance(value, (int, float)):
-        return str(value)
-    return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def add_run(conn, run_id: str, **columns) -> None:
-    values = dict(run_id=run_id, session_id="sess-bad", query="q", status="SUCCESS", created_at=str(OLD), updated_at=str(OLD))
-    values.update(columns)
-    with conn.cursor() as cur:
-        cur.execute(
-            f"INSERT INTO diagnosis_run ({', '.join(values)}) VALUES ({', '.join(sql_literal(v) for v in values.values())})"
-        )
-
-
-def add_tool(conn, run_id: str | None, **columns) -> None:
-    values = dict(session_id="sess-bad", run_id=run_id, tool_name="lookup_knowledge", input_params="{}", created_at=str(OLD))
-    values.update(columns)
-    with conn.cursor() as cur:
-        cur.execute(
-            f"INSERT INTO tool_invocation ({', '.join(values)}) VALUES ({', '.join(sql_literal(v) for v in values.values())})"
-        )
-
-
-def new_run_id() -> str:
-    return f"run-{uuid.uuid4()}"
-
-
-def seed_corpus(agent_db) -> dict[str, str]:
-    """Inserts every bad case; returns case name -> run_id."""
-    cases: dict[str, str] = {}
-    conn = agent_db.server.root(agent_db.name)
-    with conn.cursor() as cur:
-        # A permissive server: no JSON check, zero dates allowed, as legacy data has them.
-        cur.execute("SET SESSION check_constraint_checks = 0")
-        cur.execute("SET SESSION sql_mode = ''")
-
-    def case(name: str, run_id: str | None = None, **run_columns) -> str:
-        cases[name] = run_id or new_run_id()
-        add_run(conn, cases[name], **run_columns)
-        return cases[name]
-
-    r = case("malformed json")
-    add_tool(conn, r, input_params="{not json", retrieval_details='{"evidence_refs": [')
-    r = case("non-object json")
-    add_tool(conn, r, input_params="[1, 2]", retrieval_details='"just a string"')
-    r = case("evidence_refs of the wrong type")
-    add_tool(conn, r, retrieval_details='{"evidence_status": "supported", "evidence_refs": {"raw_path": "$.x"}}')
-    add_tool(conn, r, retrieval_details='{"evidence_refs": [42, "x", {"raw_path": 7}, {"raw_path": "$.ok"}]}')
-    r = case("unknown enums", status="ARCHIVED")
-    add_tool(conn, r, relevance_level="SUPER_RELEVANT", retrieval_layer="L9")
-    case("unknown status again", status="ARCHIVED")
-    # Only the NOT NULL columns set (status is SUCCESS: a NULL status waits, as it should).
-    r = case("every nullable column NULL")
-    add_tool(conn, r)
-    r = case("durations", total_duration_ms=-1)
-    add_tool(conn, r, duration_ms=-5)
-    add_tool(conn, r, duration_ms=0)
-    add_tool(conn, r, duration_ms=10**9)
-    case("created_at after updated_at", created_at=str(OLD + timedelta(minutes=5)), updated_at=str(OLD))
-    r = case("zero dates", created_at="0000-00-00 00:00:00", updated_at="0000-00-00 00:00:00")
-    add_tool(conn, r, created_at="0000-00-00 00:00:00")
-    r = case("1 MB output_preview")
-    add_tool(conn, r, output_preview="y" * 1_000_000, output_length=1_000_000, success=1)
-    r = case("emoji and bad bytes", query="磁盘满了 🔥🔥 \ufffd")
-    # Raw invalid UTF-8 sent over a binary connection: the server stores what
-    # utf8mb4 can hold (it replaces the bytes), and the bridge must cope with that.
-    with conn.cursor() as cur:
-        cur.execute("SET NAMES binary")
-        cur.execute(b"UPDATE diagnosis_run SET answer = CONCAT('ok ', X'C3FFFE') WHERE run_id = '" + r.encode() + b"'")
-        cur.execute("SET NAMES utf8mb4")
-    add_tool(conn, r, tool_name="query_logs_🔥", error_message="失败 💥 timeout", success=0)
-    case("not a uuid", run_id="legacy-run-42")
-    add_tool(conn, "run-that-does-not-exist", tool_name="orphan")
-    add_tool(conn, None, tool_name="legacy_no_run_id")
-    r = case("5000 tools")
-    with conn.cursor() as cur:
-        cur.executemany(
-            "INSERT INTO tool_invocation (session_id, run_id, tool_name, input_params, duration_ms, success, created_at) "
-            "VALUES ('s', %s, 'query_metrics', '{}', 5, 1, %s)",
-            [(r, str(OLD))] * 5000,
-        )
-    conn.close()
-    return cases
 
 
 def test_bad_rows_are_exported_with_warnings_and_block_nothing(agent_db, otlp, tmp_path, caplog):

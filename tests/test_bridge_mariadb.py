@@ -8,59 +8,22 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from datetime import UTC, datetime
 
 import pytest
 from conftest import bridge_sections, run_cli, table_rows, utc_now_naive, write_config
+from helpers import (
+    assert_trace_matches,
+    attrs_of,
+    expected_traces,
+    seed,
+)
 from servers import Receiver, wait_for
 from sqlalchemy import insert
 
-from run_otel.ops.demo import generate, insert_workload
 from run_otel.source.schema import diagnosis_run
 
 PROTOCOLS = ["grpc", "http/protobuf"]
 TERMINAL = ("SUCCESS", "FALLBACK", "FAILED", "CANCELLED")
-# OTLP status code of the root per outcome: OK 1, ERROR 2. A trace list marks only errors, so
-# FALLBACK and CANCELLED are errors too, told from FAILED by error.type (docs/mapping.md).
-ROOT_STATUS = {"SUCCESS": 1, "FAILED": 2, "FALLBACK": 2, "CANCELLED": 2}
-
-
-def epoch_ns(dt: datetime) -> int:
-    return int(dt.replace(tzinfo=UTC).timestamp()) * 1_000_000_000
-
-
-def attrs_of(span) -> dict:
-    out = {}
-    for kv in span.attributes:
-        which = kv.value.WhichOneof("value")
-        value = getattr(kv.value, which)
-        if which == "array_value":
-            value = tuple(v.string_value for v in value.values)
-        out[kv.key] = value
-    return out
-
-
-def seed(agent_db, runs: int, seed_value: int = 7, waiting: int = 10) -> None:
-    """``runs`` runs of the demo mix, with ``waiting`` of them set PENDING or RUNNING."""
-    workload = generate(seed_value, runs, anchor=utc_now_naive())
-    insert_workload(agent_db.engine(), workload)
-    if not waiting:
-        return
-    agent_db.execute(
-        "UPDATE diagnosis_run SET status = IF(MOD(id, 2) = 0, 'PENDING', 'RUNNING'), release_outcome = NULL "
-        "WHERE MOD(id, %s) = 3 LIMIT %s",
-        max(2, runs // waiting),
-        waiting,
-    )
-
-
-def expected_traces(agent_db) -> dict[str, tuple[dict, list[dict]]]:
-    """Terminal runs and their tools, read straight from the database: trace id -> rows."""
-    runs = table_rows(agent_db, "SELECT * FROM diagnosis_run WHERE status IN ('SUCCESS','FALLBACK','FAILED','CANCELLED')")
-    tools = defaultdict(list)
-    for tool in table_rows(agent_db, "SELECT * FROM tool_invocation ORDER BY id"):
-        tools[tool["run_id"]].append(tool)
-    return {run["run_id"][4:].replace("-", ""): (run, tools[run["run_id"]]) for run in runs}
 
 
 def received_by_trace(receiver) -> dict[str, list]:
@@ -68,40 +31,6 @@ def received_by_trace(receiver) -> dict[str, list]:
     for _resource, _scope, span in receiver.spans():
         traces[span.trace_id.hex()][span.span_id] = span
     return {trace: list(spans.values()) for trace, spans in traces.items()}
-
-
-def assert_trace_matches(run: dict, tools: list[dict], spans: list) -> None:
-    roots = [s for s in spans if not s.parent_span_id]
-    assert len(roots) == 1, run["run_id"]
-    root = roots[0]
-    children = sorted((s for s in spans if s.parent_span_id), key=lambda s: int(attrs_of(s)["gen_ai.tool.call.id"]))
-    assert len(children) == len(tools)
-    assert root.name == "invoke_agent diagnosis-agent"
-    root_attrs = attrs_of(root)
-    assert root_attrs["diagnosis.run.id"] == run["run_id"]
-    assert root_attrs["diagnosis.run.status"] == run["status"]
-    assert root_attrs["gen_ai.conversation.id"] == run["session_id"]
-    assert root_attrs.get("diagnosis.run.intent") == run["intent"]
-    assert root_attrs.get("diagnosis.run.total_token_count") == run["total_token_count"]
-    assert root.status.code == ROOT_STATUS[run["status"]], (run["status"], root.status)
-    starts, ends = [epoch_ns(run["created_at"])], [epoch_ns(run["created_at"]) + run["total_duration_ms"] * 1_000_000]
-    for child, tool in zip(children, tools):
-        attrs = attrs_of(child)
-        assert child.parent_span_id == root.span_id
-        assert child.name == f"{'retrieval' if tool['retrieval_layer'] else 'execute_tool'} {tool['tool_name']}"
-        assert attrs["gen_ai.tool.call.id"] == str(tool["id"])
-        assert attrs.get("rag.retrieval_layer") == tool["retrieval_layer"]
-        assert attrs.get("rag.l0_match_count") == tool["l0_match_count"]
-        assert attrs.get("rag.l1_match_count") == tool["l1_match_count"]
-        assert attrs.get("rag.relevance_level") == tool["relevance_level"]
-        assert attrs["gen_ai.tool.type"] == ("datastore" if tool["retrieval_layer"] else "function")
-        assert (child.status.code == 2) == (tool["success"] == 0)
-        assert child.end_time_unix_nano == epoch_ns(tool["created_at"])
-        assert child.start_time_unix_nano == epoch_ns(tool["created_at"]) - tool["duration_ms"] * 1_000_000
-        starts.append(child.start_time_unix_nano)
-        ends.append(child.end_time_unix_nano)
-    assert root.start_time_unix_nano == min(starts)
-    assert root.end_time_unix_nano == max(ends)
 
 
 def config_file(tmp_path, agent_db, otlp, protocol, **overrides):

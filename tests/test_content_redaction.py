@@ -9,9 +9,9 @@ import uuid
 from datetime import timedelta
 
 from conftest import bridge_config, utc_now_naive
+from secret_corpus import SECRETS
 from servers import Receiver
 from sqlalchemy import insert
-from test_redaction import SECRETS
 
 from run_otel.factory import build_parts, build_poller
 from run_otel.source.schema import diagnosis_run, tool_invocation

@@ -10,9 +10,9 @@ import sys
 import time
 
 import pytest
+from helpers import seed_corpus
 from servers import with_driver
 from sqlalchemy import event
-from test_bad_rows import seed_corpus
 
 from run_otel.config import build_config
 from run_otel.export.encoding import FastEncoder

@@ -10,21 +10,13 @@ from collections import Counter
 
 import requests
 from conftest import DaemonProcess, bridge_sections, run_cli, set_old, write_config
+from helpers import (
+    add_runs,
+    attrs,
+    feedback_spans,
+    rate,
+)
 from servers import Receiver, free_port, wait_for
-from test_trust_mariadb import add_runs
-
-
-def feedback_spans(receiver: Receiver) -> list:
-    return [span for _r, _s, span in receiver.spans() if span.name.startswith("evaluation ")]
-
-
-def attrs(span) -> dict:
-    return {kv.key: getattr(kv.value, kv.value.WhichOneof("value")) for kv in span.attributes}
-
-
-def rate(agent_db, run_ids: list[str], value: str) -> None:
-    for run_id in run_ids:
-        agent_db.execute("UPDATE diagnosis_run SET feedback = %s, updated_at = NOW() WHERE run_id = %s", value, run_id)
 
 
 def test_feedback_given_after_export_joins_the_run_trace_once_per_change(agent_db, tmp_path):

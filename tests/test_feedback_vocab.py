@@ -8,12 +8,9 @@ import logging
 import re
 import uuid
 
-import pytest
 from conftest import bridge_config
+from helpers import add_runs, attrs, feedback_spans, rate
 from prometheus_client import generate_latest
-from servers import Receiver
-from test_feedback import attrs, feedback_spans, rate
-from test_trust_mariadb import add_runs
 
 from run_otel.config import FeedbackConfig
 from run_otel.factory import build_feedback, build_parts, build_poller
@@ -24,14 +21,6 @@ from run_otel.telemetry.metrics import build_metrics
 RATINGS = {"LIKE": "LIKE", "dislike": "DISLIKE", "thumbs-down": "THUMBS_DOWN", "Thumbs Up": "THUMBS_UP", "negative": "NEGATIVE",
            "0": "0", "Unhelpful": "UNHELPFUL"}
 UNMAPPED = ["meh", "meh", "LOL"]
-
-
-@pytest.fixture
-def receiver():
-    server = Receiver()
-    server.start()
-    yield server
-    server.stop()
 
 
 def rated_runs(agent_db, values: list[str]) -> None:

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 from conftest import bridge_sections, table_rows, utc_now_naive, write_config
+from helpers import NOT_YET, filled, http_status, panels, scalar, start_daemon
 from servers import Prometheus, free_port, wait_for
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
-from test_metrics_live import NOT_YET, filled, http_status, panels, scalar, start_daemon
 
 from run_otel.config import build_config
 from run_otel.export.sinks import JsonFileSink

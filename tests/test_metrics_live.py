@@ -6,7 +6,6 @@ import hashlib
 import json
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections import Counter
@@ -16,6 +15,13 @@ from types import SimpleNamespace
 import pytest
 import requests
 from conftest import bridge_sections, table_rows, utc_now_naive, write_config
+from helpers import (
+    NOT_YET,
+    filled,
+    http_status,
+    scalar,
+    start_daemon,
+)
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from prometheus_client import CollectorRegistry
 from servers import MariaDB, Prometheus, free_port, wait_for
@@ -34,12 +40,6 @@ ROOT = Path(__file__).resolve().parent.parent
 DASHBOARDS = sorted((ROOT / "dashboards").glob("*.json"))
 
 
-def start_daemon(config: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "run_otel", "run", "--config", str(config)], stderr=subprocess.PIPE, text=True
-    )
-
-
 def stop_daemon(daemon: subprocess.Popen) -> str:
     daemon.send_signal(signal.SIGTERM)
     _out, err = daemon.communicate(timeout=60)
@@ -47,44 +47,11 @@ def stop_daemon(daemon: subprocess.Popen) -> str:
     return err
 
 
-def http_status(url: str) -> int:
-    try:
-        return requests.get(url, timeout=2).status_code
-    except requests.RequestException:
-        return 0
-
-
 def panel_targets(dashboard: dict):
     for panel in dashboard["panels"]:
         for inner in [panel, *panel.get("panels", [])]:
             for target in inner.get("targets", []):
                 yield inner["title"], target
-
-
-# The variables as Grafana fills them by default: the shipped job, All for the rest.
-VARIABLES = {"$job": I.JOB, "$instance": ".+", "$shard": ".+", "$intent": ".+", "$__range": "10m"}
-# A line that is there only before the first successful poll.
-NOT_YET = "no successful poll yet"
-
-
-def filled(expr: str, rate_interval: str = "1m") -> str:
-    expr = expr.replace("$__rate_interval", rate_interval)
-    for name, value in VARIABLES.items():
-        expr = expr.replace(name, value)
-    assert "$" not in expr, expr
-    return expr
-
-
-def panels(dashboard: dict):
-    for panel in dashboard["panels"]:
-        for inner in [panel, *panel.get("panels", [])]:
-            if inner.get("targets"):
-                yield inner
-
-
-def scalar(result: list) -> float:
-    assert len(result) == 1, result
-    return float(result[0]["value"][1])
 
 
 def test_prometheus_reads_what_was_seeded(agent_db, otlp, tmp_path):

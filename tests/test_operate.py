@@ -6,8 +6,8 @@ import json
 import time
 
 from conftest import bridge_sections, received_roots, run_cli, write_config
+from helpers import add_runs
 from servers import wait_for
-from test_trust_mariadb import add_runs
 
 
 def config_file(agent_db, tmp_path, otlp, **overrides) -> str:

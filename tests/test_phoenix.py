@@ -10,8 +10,8 @@ from datetime import datetime
 
 import pytest
 from conftest import bridge_sections, run_cli, table_rows, write_config
+from helpers import seed
 from servers import Phoenix, wait_for
-from test_bridge_mariadb import seed
 
 NO_EVIDENCE = "$.no_evidence"
 TERMINAL = "('SUCCESS', 'FALLBACK', 'FAILED', 'CANCELLED')"

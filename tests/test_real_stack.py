@@ -11,11 +11,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from conftest import bridge_sections, run_cli, utc_now_naive, write_config
+from helpers import assert_trace_matches, expected_traces, seed
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 from servers import Collector, Jaeger, Receiver, wait_for
-from test_bridge_mariadb import assert_trace_matches, expected_traces, seed
 
 SERVICE = "diagnosis-agent"
 

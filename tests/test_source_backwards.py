@@ -7,25 +7,11 @@ import json
 import re
 import shlex
 import time
-import uuid
 
 import requests
 from conftest import DaemonProcess, bridge_sections, received_roots, run_cli, write_config
+from helpers import add_finished_runs
 from servers import free_port, wait_for
-
-
-def add_runs(agent_db, count: int, created: str = "UTC_TIMESTAMP() - INTERVAL 1 MINUTE") -> list[str]:
-    """Finished runs; returns their trace ids, in id order."""
-    traces = []
-    for _ in range(count):
-        run_uuid = uuid.uuid4()
-        agent_db.execute(
-            "INSERT INTO diagnosis_run (run_id, session_id, query, status, created_at, updated_at) "
-            f"VALUES (%s, 's', 'q', 'SUCCESS', {created}, {created})",
-            f"run-{run_uuid}",
-        )
-        traces.append(run_uuid.hex)
-    return traces
 
 
 def restore_backup(agent_db, newest_kept: int) -> None:
@@ -50,12 +36,12 @@ def rewind_in(text: str) -> list[str]:
 
 
 def test_a_restore_below_the_checkpoint_fails_once_and_check_and_names_the_rewind(agent_db, otlp, tmp_path):
-    add_runs(agent_db, 20)
+    add_finished_runs(agent_db, 20)
     config = config_file(agent_db, tmp_path, otlp)
     first = run_cli("once", "--config", config)
     assert first.returncode == 0 and "exported 20 runs" in first.stdout, first.stdout + first.stderr
     restore_backup(agent_db, 12)
-    new = add_runs(agent_db, 3, created="UTC_TIMESTAMP()")
+    new = add_finished_runs(agent_db, 3, created="UTC_TIMESTAMP()")
     assert ids(agent_db) == [*range(1, 13), 13, 14, 15]  # the new runs reuse ids the checkpoint has passed
     otlp.receiver.clear()
 
@@ -85,7 +71,7 @@ def test_a_restore_below_the_checkpoint_fails_once_and_check_and_names_the_rewin
 
 
 def test_an_empty_table_after_a_restore_fails_the_poll(agent_db, otlp, tmp_path):
-    add_runs(agent_db, 4)
+    add_finished_runs(agent_db, 4)
     config = config_file(agent_db, tmp_path, otlp)
     assert run_cli("once", "--config", config).returncode == 0
     agent_db.execute("TRUNCATE TABLE diagnosis_run")
@@ -101,12 +87,12 @@ def test_a_restore_refilled_past_the_mark_is_caught_by_the_run_at_the_mark(agent
     from run_otel.factory import build_parts, build_poller
     from run_otel.pipeline.guard import SourceBehindError
 
-    add_runs(agent_db, 10)
+    add_finished_runs(agent_db, 10)
     parts = build_parts(build_config(bridge_sections(agent_db, tmp_path, otlp.endpoint("grpc"))))
     poller = build_poller(parts)
     assert poller.poll().run_count == 10
     restore_backup(agent_db, 6)
-    add_runs(agent_db, 7, created="UTC_TIMESTAMP()")
+    add_finished_runs(agent_db, 7, created="UTC_TIMESTAMP()")
     assert max(ids(agent_db)) == 13
     try:
         poller.poll()
@@ -118,7 +104,7 @@ def test_a_restore_refilled_past_the_mark_is_caught_by_the_run_at_the_mark(agent
 
 
 def test_the_daemon_drops_readiness_and_sets_the_gauge(agent_db, otlp, tmp_path):
-    add_runs(agent_db, 8)
+    add_finished_runs(agent_db, 8)
     port = free_port()
     config = write_config(tmp_path / "c.toml", bridge_sections(
         agent_db, tmp_path, otlp.endpoint("grpc"),

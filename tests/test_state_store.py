@@ -9,8 +9,8 @@ import time
 
 import pytest
 from conftest import DaemonProcess, bridge_sections, run_cli, write_config
+from helpers import add_finished_runs
 from sqlalchemy import text
-from test_source_backwards import add_runs
 
 from run_otel.config import build_config
 from run_otel.source.reader import Source, SourceError
@@ -26,7 +26,7 @@ def test_a_mariadb_state_store_keeps_saved_at_to_the_second_even_in_an_old_float
         "CREATE TABLE run_otel_checkpoint (name VARCHAR(64) PRIMARY KEY, format_version INT NOT NULL, "
         "high_water BIGINT NOT NULL, pending TEXT NOT NULL, gaps TEXT NOT NULL, saved_at FLOAT NOT NULL)"
     )
-    add_runs(agent_db, 3)
+    add_finished_runs(agent_db, 3)
     config = config_file(agent_db, tmp_path, otlp, state={"url": agent_db.url})
     before = time.time()
     done = run_cli("once", "--config", config)
@@ -44,7 +44,7 @@ def test_a_mariadb_state_store_keeps_saved_at_to_the_second_even_in_an_old_float
 
 
 def test_a_checkpoint_from_a_newer_release_is_named_as_such(agent_db, otlp, tmp_path):
-    add_runs(agent_db, 2)
+    add_finished_runs(agent_db, 2)
     config = config_file(agent_db, tmp_path, otlp)
     assert run_cli("once", "--config", config).returncode == 0
     import sqlite3
@@ -57,7 +57,7 @@ def test_a_checkpoint_from_a_newer_release_is_named_as_such(agent_db, otlp, tmp_
 
 
 def test_a_forward_rewind_says_what_it_skips(agent_db, otlp, tmp_path):
-    add_runs(agent_db, 3)
+    add_finished_runs(agent_db, 3)
     config = config_file(agent_db, tmp_path, otlp)
     assert run_cli("once", "--config", config).returncode == 0
     forward = run_cli("rewind", "--config", config, "--to-id", "8", "--yes")
@@ -70,7 +70,7 @@ def test_a_forward_rewind_says_what_it_skips(agent_db, otlp, tmp_path):
 
 @pytest.fixture
 def locked(agent_db):
-    add_runs(agent_db, 1)
+    add_finished_runs(agent_db, 1)
     conn = agent_db.server.root(agent_db.name)
     with conn.cursor() as cur:
         cur.execute("LOCK TABLES diagnosis_run WRITE")

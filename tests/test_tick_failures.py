@@ -83,8 +83,8 @@ def test_the_state_store_removed_under_the_daemon_backs_off_and_recovers(agent_d
 
 
 def test_a_failed_feedback_pass_takes_the_poll_failed_path(agent_db, tmp_path):
+    from helpers import feedback_spans
     from servers import Receiver
-    from test_feedback import feedback_spans
 
     receiver = Receiver()
     receiver.start()

@@ -7,30 +7,17 @@ import datetime as dt
 import ipaddress
 import signal
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 import requests
 from conftest import DRIVERS, DaemonProcess, bridge_sections, received_roots, run_cli, write_config
+from helpers import (
+    add_runs,
+)
 from servers import MariaDB, free_port, wait_for, with_driver
 
 # -- helpers ---------------------------------------------------------------------------
-
-
-def add_runs(agent_db, created: list[str], status: str = "SUCCESS") -> list[str]:
-    """Runs with the given created_at SQL expressions, in this id order; returns their trace ids."""
-    traces = []
-    for expression in created:
-        run_uuid = uuid.uuid4()
-        agent_db.execute(
-            f"INSERT INTO diagnosis_run (run_id, session_id, query, status, created_at, updated_at) "
-            f"VALUES (%s, 's', 'q', %s, {expression}, {expression})",
-            f"run-{run_uuid}",
-            status,
-        )
-        traces.append(run_uuid.hex)
-    return traces
 
 
 def config_file(agent_db, tmp_path, otlp, **overrides) -> str:

@@ -9,9 +9,8 @@ from collections import Counter
 
 import pytest
 from conftest import bridge_config
+from helpers import add_run, add_tool, new_run_id
 from prometheus_client import generate_latest
-from servers import Receiver
-from test_bad_rows import add_run, add_tool, new_run_id
 
 from run_otel.factory import build_parts, build_poller
 from run_otel.ops.check import WARN, run_checks
@@ -27,14 +26,6 @@ SUCCEEDED = ("true", "Yes", "1")
 def drift(agent_db) -> None:
     agent_db.execute("ALTER TABLE tool_invocation MODIFY success VARCHAR(8) NULL, MODIFY l0_match_count VARCHAR(16) NULL")
     agent_db.execute("ALTER TABLE diagnosis_run MODIFY total_token_count VARCHAR(16) NULL")
-
-
-@pytest.fixture
-def receiver():
-    server = Receiver()
-    server.start()
-    yield server
-    server.stop()
 
 
 def test_drifted_columns_are_read_by_meaning_and_bad_values_are_row_warnings(agent_db, receiver, tmp_path):

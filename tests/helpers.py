@@ -1,0 +1,262 @@
+"""Helpers the test modules share: rows for the agent's tables, what the traces should be, and
+the scrapes and spans they are checked against."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import requests
+from conftest import (
+    table_rows,
+    utc_now_naive,
+)
+from servers import Receiver
+
+from run_otel.ops.demo import generate, insert_workload
+from run_otel.telemetry import instruments as I
+
+# OTLP status code of the root per outcome: OK 1, ERROR 2. A trace list marks only errors, so
+# FALLBACK and CANCELLED are errors too, told from FAILED by error.type (docs/mapping.md).
+ROOT_STATUS = {"SUCCESS": 1, "FAILED": 2, "FALLBACK": 2, "CANCELLED": 2}
+
+
+def epoch_ns(dt: datetime) -> int:
+    return int(dt.replace(tzinfo=UTC).timestamp()) * 1_000_000_000
+
+
+def attrs_of(span) -> dict:
+    out = {}
+    for kv in span.attributes:
+        which = kv.value.WhichOneof("value")
+        value = getattr(kv.value, which)
+        if which == "array_value":
+            value = tuple(v.string_value for v in value.values)
+        out[kv.key] = value
+    return out
+
+
+def seed(agent_db, runs: int, seed_value: int = 7, waiting: int = 10) -> None:
+    """``runs`` runs of the demo mix, with ``waiting`` of them set PENDING or RUNNING."""
+    workload = generate(seed_value, runs, anchor=utc_now_naive())
+    insert_workload(agent_db.engine(), workload)
+    if not waiting:
+        return
+    agent_db.execute(
+        "UPDATE diagnosis_run SET status = IF(MOD(id, 2) = 0, 'PENDING', 'RUNNING'), release_outcome = NULL "
+        "WHERE MOD(id, %s) = 3 LIMIT %s",
+        max(2, runs // waiting),
+        waiting,
+    )
+
+
+def expected_traces(agent_db) -> dict[str, tuple[dict, list[dict]]]:
+    """Terminal runs and their tools, read straight from the database: trace id -> rows."""
+    runs = table_rows(agent_db, "SELECT * FROM diagnosis_run WHERE status IN ('SUCCESS','FALLBACK','FAILED','CANCELLED')")
+    tools = defaultdict(list)
+    for tool in table_rows(agent_db, "SELECT * FROM tool_invocation ORDER BY id"):
+        tools[tool["run_id"]].append(tool)
+    return {run["run_id"][4:].replace("-", ""): (run, tools[run["run_id"]]) for run in runs}
+
+
+def assert_trace_matches(run: dict, tools: list[dict], spans: list) -> None:
+    roots = [s for s in spans if not s.parent_span_id]
+    assert len(roots) == 1, run["run_id"]
+    root = roots[0]
+    children = sorted((s for s in spans if s.parent_span_id), key=lambda s: int(attrs_of(s)["gen_ai.tool.call.id"]))
+    assert len(children) == len(tools)
+    assert root.name == "invoke_agent diagnosis-agent"
+    root_attrs = attrs_of(root)
+    assert root_attrs["diagnosis.run.id"] == run["run_id"]
+    assert root_attrs["diagnosis.run.status"] == run["status"]
+    assert root_attrs["gen_ai.conversation.id"] == run["session_id"]
+    assert root_attrs.get("diagnosis.run.intent") == run["intent"]
+    assert root_attrs.get("diagnosis.run.total_token_count") == run["total_token_count"]
+    assert root.status.code == ROOT_STATUS[run["status"]], (run["status"], root.status)
+    starts, ends = [epoch_ns(run["created_at"])], [epoch_ns(run["created_at"]) + run["total_duration_ms"] * 1_000_000]
+    for child, tool in zip(children, tools):
+        attrs = attrs_of(child)
+        assert child.parent_span_id == root.span_id
+        assert child.name == f"{'retrieval' if tool['retrieval_layer'] else 'execute_tool'} {tool['tool_name']}"
+        assert attrs["gen_ai.tool.call.id"] == str(tool["id"])
+        assert attrs.get("rag.retrieval_layer") == tool["retrieval_layer"]
+        assert attrs.get("rag.l0_match_count") == tool["l0_match_count"]
+        assert attrs.get("rag.l1_match_count") == tool["l1_match_count"]
+        assert attrs.get("rag.relevance_level") == tool["relevance_level"]
+        assert attrs["gen_ai.tool.type"] == ("datastore" if tool["retrieval_layer"] else "function")
+        assert (child.status.code == 2) == (tool["success"] == 0)
+        assert child.end_time_unix_nano == epoch_ns(tool["created_at"])
+        assert child.start_time_unix_nano == epoch_ns(tool["created_at"]) - tool["duration_ms"] * 1_000_000
+        starts.append(child.start_time_unix_nano)
+        ends.append(child.end_time_unix_nano)
+    assert root.start_time_unix_nano == min(starts)
+    assert root.end_time_unix_nano == max(ends)
+
+
+def start_daemon(config: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "run_otel", "run", "--config", str(config)], stderr=subprocess.PIPE, text=True
+    )
+
+
+def http_status(url: str) -> int:
+    try:
+        return requests.get(url, timeout=2).status_code
+    except requests.RequestException:
+        return 0
+
+
+# The variables as Grafana fills them by default: the shipped job, All for the rest.
+VARIABLES = {"$job": I.JOB, "$instance": ".+", "$shard": ".+", "$intent": ".+", "$__range": "10m"}
+
+
+# A line that is there only before the first successful poll.
+NOT_YET = "no successful poll yet"
+
+
+def filled(expr: str, rate_interval: str = "1m") -> str:
+    expr = expr.replace("$__rate_interval", rate_interval)
+    for name, value in VARIABLES.items():
+        expr = expr.replace(name, value)
+    assert "$" not in expr, expr
+    return expr
+
+
+def panels(dashboard: dict):
+    for panel in dashboard["panels"]:
+        for inner in [panel, *panel.get("panels", [])]:
+            if inner.get("targets"):
+                yield inner
+
+
+def scalar(result: list) -> float:
+    assert len(result) == 1, result
+    return float(result[0]["value"][1])
+
+
+def feedback_spans(receiver: Receiver) -> list:
+    return [span for _r, _s, span in receiver.spans() if span.name.startswith("evaluation ")]
+
+
+def attrs(span) -> dict:
+    return {kv.key: getattr(kv.value, kv.value.WhichOneof("value")) for kv in span.attributes}
+
+
+def rate(agent_db, run_ids: list[str], value: str) -> None:
+    for run_id in run_ids:
+        agent_db.execute("UPDATE diagnosis_run SET feedback = %s, updated_at = NOW() WHERE run_id = %s", value, run_id)
+
+
+def add_runs(agent_db, created: list[str], status: str = "SUCCESS") -> list[str]:
+    """Runs with the given created_at SQL expressions, in this id order; returns their trace ids."""
+    traces = []
+    for expression in created:
+        run_uuid = uuid.uuid4()
+        agent_db.execute(
+            f"INSERT INTO diagnosis_run (run_id, session_id, query, status, created_at, updated_at) "
+            f"VALUES (%s, 's', 'q', %s, {expression}, {expression})",
+            f"run-{run_uuid}",
+            status,
+        )
+        traces.append(run_uuid.hex)
+    return traces
+
+
+def add_finished_runs(agent_db, count: int, created: str = "UTC_TIMESTAMP() - INTERVAL 1 MINUTE") -> list[str]:
+    """``count`` finished runs created at one SQL time; returns their trace ids, in id order."""
+    return add_runs(agent_db, [created] * count)
+
+
+OLD = utc_now_naive() - timedelta(hours=2)
+
+
+def sql_literal(value) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, (int, float)):
+        return str(value)
+    return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def add_run(conn, run_id: str, **columns) -> None:
+    values = dict(run_id=run_id, session_id="sess-bad", query="q", status="SUCCESS", created_at=str(OLD), updated_at=str(OLD))
+    values.update(columns)
+    with conn.cursor() as cur:
+        cur.execute(
+            f"INSERT INTO diagnosis_run ({', '.join(values)}) VALUES ({', '.join(sql_literal(v) for v in values.values())})"
+        )
+
+
+def add_tool(conn, run_id: str | None, **columns) -> None:
+    values = dict(session_id="sess-bad", run_id=run_id, tool_name="lookup_knowledge", input_params="{}", created_at=str(OLD))
+    values.update(columns)
+    with conn.cursor() as cur:
+        cur.execute(
+            f"INSERT INTO tool_invocation ({', '.join(values)}) VALUES ({', '.join(sql_literal(v) for v in values.values())})"
+        )
+
+
+def new_run_id() -> str:
+    return f"run-{uuid.uuid4()}"
+
+
+def seed_corpus(agent_db) -> dict[str, str]:
+    """Inserts every bad case; returns case name -> run_id."""
+    cases: dict[str, str] = {}
+    conn = agent_db.server.root(agent_db.name)
+    with conn.cursor() as cur:
+        # A permissive server: no JSON check, zero dates allowed, as legacy data has them.
+        cur.execute("SET SESSION check_constraint_checks = 0")
+        cur.execute("SET SESSION sql_mode = ''")
+
+    def case(name: str, run_id: str | None = None, **run_columns) -> str:
+        cases[name] = run_id or new_run_id()
+        add_run(conn, cases[name], **run_columns)
+        return cases[name]
+
+    r = case("malformed json")
+    add_tool(conn, r, input_params="{not json", retrieval_details='{"evidence_refs": [')
+    r = case("non-object json")
+    add_tool(conn, r, input_params="[1, 2]", retrieval_details='"just a string"')
+    r = case("evidence_refs of the wrong type")
+    add_tool(conn, r, retrieval_details='{"evidence_status": "supported", "evidence_refs": {"raw_path": "$.x"}}')
+    add_tool(conn, r, retrieval_details='{"evidence_refs": [42, "x", {"raw_path": 7}, {"raw_path": "$.ok"}]}')
+    r = case("unknown enums", status="ARCHIVED")
+    add_tool(conn, r, relevance_level="SUPER_RELEVANT", retrieval_layer="L9")
+    case("unknown status again", status="ARCHIVED")
+    # Only the NOT NULL columns set (status is SUCCESS: a NULL status waits, as it should).
+    r = case("every nullable column NULL")
+    add_tool(conn, r)
+    r = case("durations", total_duration_ms=-1)
+    add_tool(conn, r, duration_ms=-5)
+    add_tool(conn, r, duration_ms=0)
+    add_tool(conn, r, duration_ms=10**9)
+    case("created_at after updated_at", created_at=str(OLD + timedelta(minutes=5)), updated_at=str(OLD))
+    r = case("zero dates", created_at="0000-00-00 00:00:00", updated_at="0000-00-00 00:00:00")
+    add_tool(conn, r, created_at="0000-00-00 00:00:00")
+    r = case("1 MB output_preview")
+    add_tool(conn, r, output_preview="y" * 1_000_000, output_length=1_000_000, success=1)
+    r = case("emoji and bad bytes", query="磁盘满了 🔥🔥 \ufffd")
+    # Raw invalid UTF-8 sent over a binary connection: the server stores what
+    # utf8mb4 can hold (it replaces the bytes), and the bridge must cope with that.
+    with conn.cursor() as cur:
+        cur.execute("SET NAMES binary")
+        cur.execute(b"UPDATE diagnosis_run SET answer = CONCAT('ok ', X'C3FFFE') WHERE run_id = '" + r.encode() + b"'")
+        cur.execute("SET NAMES utf8mb4")
+    add_tool(conn, r, tool_name="query_logs_🔥", error_message="失败 💥 timeout", success=0)
+    case("not a uuid", run_id="legacy-run-42")
+    add_tool(conn, "run-that-does-not-exist", tool_name="orphan")
+    add_tool(conn, None, tool_name="legacy_no_run_id")
+    r = case("5000 tools")
+    with conn.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO tool_invocation (session_id, run_id, tool_name, input_params, duration_ms, success, created_at) "
+            "VALUES ('s', %s, 'query_metrics', '{}', 5, 1, %s)",
+            [(r, str(OLD))] * 5000,
+        )
+    conn.close()
+    return cases

@@ -1,0 +1,118 @@
+"""The layout reads as the data path, and stays that way.
+
+Stages import only the stages before them: the source rows, the pure mapping,
+the OTLP export, the pipeline that drives them, the bridge's own telemetry,
+the factory, then operations and the command line on top. A module that
+imports a later stage, an import cycle, a module past 350 lines or a crowded
+top level fails here, with the offending names.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+import run_otel
+
+PACKAGE = Path(run_otel.__file__).parent
+
+# Earlier entries are lower: each may import only itself and what comes before it.
+LAYERS = [
+    ["__init__", "otel_env", "config", "sharding"],
+    ["source"],
+    ["mapping"],
+    ["export"],
+    ["pipeline"],
+    ["telemetry"],
+    ["factory"],
+    ["ops", "generate"],
+    ["cli", "__main__"],
+]
+RANK = {part: rank for rank, parts in enumerate(LAYERS) for part in parts}
+MAX_LINES = 350
+MAX_TOP_LEVEL = 12
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports() -> dict[str, set[str]]:
+    """Module -> the run_otel modules it imports, lazily imported ones included."""
+    graph: dict[str, set[str]] = defaultdict(set)
+    for path in PACKAGE.rglob("*.py"):
+        module = _module(path)
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                names = [f"{target}.{alias.name}" for alias in node.names]
+                targets = [name for name in names if _is_module(name)] or [target]
+            elif isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                continue
+            graph[module] |= {t for t in targets if t.split(".")[0] == "run_otel" and t != module}
+    return graph
+
+
+def _is_module(name: str) -> bool:
+    path = PACKAGE.parent.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def _stage(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def test_the_graph_is_read_from_the_source():
+    graph = _imports()
+    # Precondition: the walk finds the package and the edges a reader would name.
+    assert "run_otel.pipeline.poller" in graph and "run_otel.source.reader" in graph["run_otel.pipeline.poller"]
+    assert "run_otel.factory" in graph["run_otel.ops.daemon"]
+    stages = {_stage(m) for m in graph} | {_stage(t) for targets in graph.values() for t in targets}
+    assert stages <= RANK.keys(), f"a stage with no place in LAYERS: {sorted(stages - RANK.keys())}"
+
+
+def test_no_stage_imports_a_later_one():
+    upward = [
+        f"{module} -> {target}"
+        for module, targets in _imports().items()
+        for target in targets
+        if RANK[_stage(target)] > RANK[_stage(module)]
+    ]
+    assert not upward, "imports of a later stage:\n" + "\n".join(sorted(upward))
+
+
+def test_no_import_cycle():
+    graph = _imports()
+    done: set[str] = set()
+    cycles: list[str] = []
+
+    def visit(module: str, path: list[str]) -> None:
+        if module in path:
+            cycles.append(" -> ".join([*path[path.index(module) :], module]))
+            return
+        if module in done:
+            return
+        for target in sorted(graph.get(module, ())):
+            visit(target, [*path, module])
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module, [])
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def test_modules_stay_small_and_the_top_level_uncrowded():
+    long = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"modules over {MAX_LINES} lines: {long}"
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= MAX_TOP_LEVEL, f"{len(top)} modules at the top of the package: {top}"
