@@ -14,12 +14,14 @@ from collections.abc import Callable, Mapping, Sequence
 
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationScope, KeyValue
-from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeLogs
+from opentelemetry.proto.logs.v1.logs_pb2 import SEVERITY_NUMBER_INFO, LogRecord, ResourceLogs, ScopeLogs
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 from .. import __version__
 from ..config import Config
 from ..mapping import attributes as A
+from ..mapping.span_data import LogData
+from .encoding import any_value
 from .sinks import ExportError, GrpcSink, HttpSink, Sink
 
 log = logging.getLogger(__name__)
@@ -44,7 +46,19 @@ def build_log_sink(config: Config) -> GrpcLogSink | HttpLogSink:
     return GrpcLogSink(config)
 
 
-def logs_request(records: Sequence[LogRecord], resource: Mapping[str, str]) -> bytes:
+def encode_log_record(record: LogData) -> LogRecord:
+    return LogRecord(
+        time_unix_nano=record.time_ns,
+        observed_time_unix_nano=record.time_ns,  # not "now": a re-send is byte-identical
+        severity_number=SEVERITY_NUMBER_INFO,
+        event_name=record.event_name,
+        trace_id=record.trace_id,
+        span_id=record.span_id,
+        attributes=[KeyValue(key=k, value=any_value(v)) for k, v in record.attributes],
+    )
+
+
+def logs_request(records: Sequence[LogData], resource: Mapping[str, str]) -> bytes:
     """One ExportLogsServiceRequest with the traces' resource and scope, serialized."""
     return ExportLogsServiceRequest(
         resource_logs=[
@@ -53,7 +67,7 @@ def logs_request(records: Sequence[LogRecord], resource: Mapping[str, str]) -> b
                 scope_logs=[
                     ScopeLogs(
                         scope=InstrumentationScope(name=A.SCOPE_NAME, version=__version__),
-                        log_records=records,
+                        log_records=[encode_log_record(r) for r in records],
                         schema_url=A.SCHEMA_URL,
                     )
                 ],
@@ -71,7 +85,7 @@ class LogRecordSender:
         self._on_failure = on_failure
         self._warned = False
 
-    def send(self, records: Sequence[LogRecord]) -> bool:
+    def send(self, records: Sequence[LogData]) -> bool:
         if not records:
             return True
         try:

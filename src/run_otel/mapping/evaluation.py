@@ -19,15 +19,11 @@ import hashlib
 from datetime import UTC, datetime
 from typing import Any
 
-from opentelemetry.proto.common.v1.common_pb2 import KeyValue
-from opentelemetry.proto.logs.v1.logs_pb2 import SEVERITY_NUMBER_INFO, LogRecord
-
 from ..config import FeedbackConfig
-from ..export.encoding import any_value
 from ..source.clock import SourceClock
 from ..source.rows import FeedbackRow
 from . import attributes as A
-from .span_data import MAX_DURATION_MS, AttrValue, SpanData, nonzero_window, root_span_id_for, trace_id_for
+from .span_data import MAX_DURATION_MS, AttrValue, LogData, SpanData, nonzero_window, root_span_id_for, trace_id_for
 
 # Phoenix upserts on (name, span, identifier): one fixed identifier keeps one current rating per run.
 ANNOTATION_IDENTIFIER = "diagnosis_run.feedback"
@@ -98,17 +94,14 @@ class Evaluations:
             attributes=tuple(attrs),
         )
 
-    def log_record(self, row: FeedbackRow) -> LogRecord:
+    def log_record(self, row: FeedbackRow) -> LogData:
         """The ``gen_ai.evaluation.result`` event, at the time of the rating, on the run's root span."""
-        rated_at = self.rated_at_ns(row)
-        return LogRecord(
-            time_unix_nano=rated_at,
-            observed_time_unix_nano=rated_at,  # not "now": a re-send is byte-identical
-            severity_number=SEVERITY_NUMBER_INFO,
-            event_name=A.GEN_AI_EVALUATION_RESULT_EVENT,
-            trace_id=trace_id_for(row.run_id),
-            span_id=root_span_id_for(row.run_id),
-            attributes=[KeyValue(key=k, value=any_value(v)) for k, v in self._attributes(row)],
+        return LogData(
+            self.rated_at_ns(row),
+            A.GEN_AI_EVALUATION_RESULT_EVENT,
+            trace_id_for(row.run_id),
+            root_span_id_for(row.run_id),
+            tuple(self._attributes(row)),
         )
 
     def annotation(self, row: FeedbackRow) -> dict[str, Any]:

@@ -47,6 +47,16 @@ class SpanData(NamedTuple):
         return dict(self.attributes)
 
 
+class LogData(NamedTuple):
+    """An event as an OTLP log record at INFO, tied to a span: the GenAI conventions' newer form."""
+
+    time_ns: int
+    event_name: str
+    trace_id: bytes
+    span_id: bytes
+    attributes: tuple[tuple[str, AttrValue], ...]
+
+
 @dataclass(frozen=True)
 class MappedRun:
     """A run's spans, root first, and the warnings its rows raised."""

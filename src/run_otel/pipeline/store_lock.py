@@ -21,15 +21,15 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from sqlalchemy import Column, Connection, Float, Integer, MetaData, String, Table, select, text
+from sqlalchemy import Column, Float, Integer, MetaData, String, Table, select
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import SQLAlchemyError
 
 from ..config import Config
-from ..ops.lease import lease_name
 from ..sharding import shard_name
 from ..source.engine import make_engine, safe_url
 from .checkpoint import CheckpointError
+from .named_lock import NamedLock, lock_name
 
 log = logging.getLogger(__name__)
 
@@ -142,24 +142,22 @@ class MySqlStoreLock(StoreLock):
         super().__init__(where)
         self._engine = make_engine(url, pool_size=1, max_overflow=0)
         self._shard = shard
-        self._name = lease_name("run-otel-state", url.database, shard)
-        self._conn: Connection | None = None
+        self._lock = NamedLock(self._engine, lock_name("run-otel-state", url.database, shard))
 
     def acquire(self) -> bool:
         try:
             _writer.create(self._engine, checkfirst=True)
-            conn = self._engine.connect()
-            got = conn.execute(text("SELECT GET_LOCK(:name, 0)"), {"name": self._name}).scalar()
-            if got != 1:
-                conn.close()
+            if not self._lock.take():
                 return False
-            me = asdict(Holder.me())
+            conn = self._lock.conn
+            assert conn is not None  # take() keeps the connection that holds the lock
             conn.execute(_writer.delete().where(_writer.c.shard == self._shard))
-            conn.execute(_writer.insert().values(shard=self._shard, **me))
+            conn.execute(_writer.insert().values(shard=self._shard, **asdict(Holder.me())))
             conn.commit()
         except SQLAlchemyError as exc:
+            self._lock.drop()  # its connection's end frees the lock, if it was taken
             raise CheckpointError(f"{self.where}: cannot take the writer lock: {getattr(exc, 'orig', exc)}") from None
-        self._conn, self.held = conn, True
+        self.held = True
         return True
 
     def holder(self) -> str:
@@ -171,34 +169,21 @@ class MySqlStoreLock(StoreLock):
         return Holder(row.host, row.pid, row.started).describe() if row else "holder unknown"
 
     def check(self) -> None:
-        if self._conn is not None:
+        if self._lock.conn is not None:
             try:
-                if self._conn.execute(text("SELECT IS_USED_LOCK(:name) = CONNECTION_ID()"), {"name": self._name}).scalar() == 1:
-                    self._conn.commit()
+                if self._lock.still_held():
                     return
             except SQLAlchemyError:
                 pass
-            self._drop()
+            self._lock.drop()
+            self.held = False
             log.warning("%s: the writer lock was lost with its connection; taking it again", self.where)
         if not self.acquire():
             raise self.refusal()
 
-    def _drop(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.invalidate()
-            except SQLAlchemyError:
-                pass
-        self._conn, self.held = None, False
-
     def release(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.execute(text("SELECT RELEASE_LOCK(:name)"), {"name": self._name})
-                self._conn.close()
-            except SQLAlchemyError:
-                pass
-        self._conn, self.held = None, False
+        self._lock.release()
+        self.held = False
         self._engine.dispose()
 
 
