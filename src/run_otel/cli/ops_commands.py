@@ -7,11 +7,16 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from .options import CONFIG_OPTION, EXIT_FAILED, EXIT_USAGE, SHARD_OPTION, fail, guarded, load
 from .times import TimeParam
+
+if TYPE_CHECKING:
+    from ..pipeline.checkpoint import CheckpointStore
+    from ..source.reader import Source
 
 # As in cli: what a command runs on is imported in its body, to keep --help fast.
 
@@ -97,14 +102,14 @@ def rewind(config_path: Path | None, to_id: int | None, since: datetime | None, 
         if not lock.acquire() and not force:
             fail(f"{lock.in_use()}, which would save its own checkpoint over this one; stop it first, or use --force")
         try:
-            _rewind(config, store, source, to_id, since, yes)
+            _rewind(store, source, to_id, since, yes)
         finally:
             lock.release()
 
     guarded(body)
 
 
-def _rewind(config, store, source, to_id: int | None, since: datetime | None, yes: bool) -> None:
+def _rewind(store: CheckpointStore, source: Source, to_id: int | None, since: datetime | None, yes: bool) -> None:
     from ..ops.operations import rewind_line, rewound
 
     current = store.load()

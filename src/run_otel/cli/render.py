@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 from rich.text import Text
 from rich.tree import Tree
 
@@ -100,7 +100,7 @@ def print_trace(console: Console, config: Config, trace: RunTrace) -> None:
 
 
 class ProgressRecorder(Recorder):
-    def __init__(self, progress: Progress, task):
+    def __init__(self, progress: Progress, task: TaskID) -> None:
         self._progress, self._task = progress, task
 
     def runs_exported(self, result: PollResult, acked_at: float) -> None:

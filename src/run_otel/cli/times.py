@@ -4,7 +4,9 @@ offset) or relative to now (``90m``, ``24h``, ``7d``, ``2w``)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import click
 
@@ -18,10 +20,10 @@ class TimeParam(click.ParamType):
 
     name = "TIME"
 
-    def __init__(self, now=lambda: datetime.now(UTC)):
+    def __init__(self, now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
         self._now = now
 
-    def convert(self, value, param, ctx) -> datetime:
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> datetime:
         if isinstance(value, datetime):
             return value
         text = str(value).strip()

@@ -155,7 +155,7 @@ def _env_value(text: str) -> Any:
         return text
 
 
-def _build_section(section: str, cls: type, values: Mapping[str, Any]):
+def _build_section(section: str, cls: type, values: Mapping[str, Any]) -> Any:
     hints = get_type_hints(cls)
     kwargs = {}
     for key, value in values.items():

@@ -19,6 +19,7 @@ import json
 import logging
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -78,7 +79,7 @@ class Sink(Protocol):
 MAX_SERVER_DELAY = 30.0
 
 
-def _with_retries(attempt, attempts: int, describe: str, rng: random.Random | None = None) -> Ack:
+def _with_retries(attempt: Callable[[], Ack], attempts: int, describe: str, rng: random.Random | None = None) -> Ack:
     """Runs ``attempt`` until it acks, a non-retryable error, or ``attempts`` run out.
 
     Waits the delay the receiver asked for when it gave one, else exponential

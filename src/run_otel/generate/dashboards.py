@@ -7,6 +7,9 @@ The RAG and exporter-health dashboards are in ``dashboard_rag`` and ``dashboard_
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from grafana_foundation_sdk.builders.dashboard import Dashboard, Row
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 
@@ -156,5 +159,5 @@ DASHBOARDS = {
 }
 
 
-def render(factory) -> str:
+def render(factory: Callable[[], Any]) -> str:
     return JSONEncoder(sort_keys=True, indent=2).encode(factory().build()) + "\n"

@@ -17,17 +17,21 @@ import sys
 import threading
 import time
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from .. import __version__
 from ..config import Config
 from ..export.sinks import ExportError
 from ..factory import build_feedback, build_parts, build_poller, start_metrics
 from ..pipeline.checkpoint import CheckpointError
-from ..pipeline.poller import PollResult
+from ..pipeline.results import PollResult
 from ..pipeline.store_lock import StoreLock, store_lock
 from ..source.reader import SourceError
 from .effective_settings import effective_settings
 from .lease import MySqlLease, lease_name_for
+
+if TYPE_CHECKING:
+    from apscheduler.schedulers.background import BackgroundScheduler
 
 log = logging.getLogger("run_otel")
 
@@ -186,7 +190,7 @@ class Daemon:
 
     # -- the loop -------------------------------------------------------------------
 
-    def stop(self, *_args) -> None:
+    def stop(self, *_args: object) -> None:
         self._stop.set()
         self.poller.stop_requested.set()
 
@@ -211,7 +215,7 @@ class Daemon:
         self._stop.wait()
         self._shutdown(scheduler)
 
-    def _shutdown(self, scheduler) -> None:
+    def _shutdown(self, scheduler: BackgroundScheduler) -> None:
         bound = self._config.poll.shutdown_timeout_seconds
         log.info("stopping: finishing the batch in flight (at most %.0fs)", bound)
         scheduler.shutdown(wait=False)

@@ -11,7 +11,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sqlalchemy import BigInteger, Column, Float, Integer, MetaData, String, Table, Text, inspect, select, text
+from sqlalchemy import BigInteger, Column, Connection, Float, Integer, MetaData, String, Table, Text, inspect, select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -194,7 +194,7 @@ class CheckpointStore:
         self.engine.dispose()
         return CheckpointError(f"state store {self.describe()} {what}: {getattr(exc, 'orig', exc)}")
 
-    def _record_feedback(self, conn, sent: dict[str, str], now: float) -> None:
+    def _record_feedback(self, conn: Connection, sent: dict[str, str], now: float) -> None:
         table = feedback_table
         conn.execute(table.delete().where(table.c.shard == self.name, table.c.run_id.in_(list(sent))))
         conn.execute(

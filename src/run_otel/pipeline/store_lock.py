@@ -88,7 +88,7 @@ class StoreLock:
             raise self.refusal()
         return self
 
-    def __exit__(self, *_exc) -> None:
+    def __exit__(self, *_exc: object) -> None:
         self.release()
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import ssl
+from collections.abc import Callable
+from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL
@@ -20,7 +22,7 @@ def safe_url(url: URL) -> str:
     return url.render_as_string(hide_password=True)
 
 
-def make_engine(url: URL, connect_timeout: float = 10.0, source: SourceConfig | None = None, **kwargs) -> Engine:
+def make_engine(url: URL, connect_timeout: float = 10.0, source: SourceConfig | None = None, **kwargs: Any) -> Engine:
     """An engine with pre-ping, so a restarted database is reconnected transparently.
 
     For the agent's database (``source`` given) on MySQL/MariaDB, every session
@@ -121,7 +123,7 @@ def _mysqlconnector_tls(source: SourceConfig) -> dict:
 _TLS_ARGS = {"pymysql": _pymysql_tls, "mysqldb": _mysqlclient_tls, "mysqlconnector": _mysqlconnector_tls}
 
 
-def _session_setup(source: SourceConfig):
+def _session_setup(source: SourceConfig) -> Callable[[Any, Any], None]:
     """Per-session limits: MariaDB's max_statement_time, MySQL's max_execution_time,
     and lock_wait_timeout for metadata locks (LOCK TABLES, ALTER TABLE) on both.
     Where TLS is required, the session must really be encrypted: a driver that falls
@@ -130,7 +132,7 @@ def _session_setup(source: SourceConfig):
     whole = max(1, int(seconds))
     tls_required = source.tls_mode not in ("disabled", "preferred")
 
-    def on_connect(dbapi_connection, _record) -> None:
+    def on_connect(dbapi_connection: Any, _record: Any) -> None:
         cursor = dbapi_connection.cursor()
         try:
             cursor.execute("SELECT VERSION()")

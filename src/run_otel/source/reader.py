@@ -10,11 +10,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from sqlalchemy import Boolean, Engine, func, select, type_coerce
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.expression import Executable
 from sqlalchemy.sql.sqltypes import NullType
 
 from ..config import Config
@@ -106,7 +107,7 @@ class Source:
         """Runs the tool statement on no rows: the server then says whether it knows every function."""
         self._fetch(self._tool_select.limit(0))
 
-    def _tool_row(self, row) -> ToolRow:
+    def _tool_row(self, row: Sequence[Any]) -> ToolRow:
         at = self._evidence_at
         if at is None:
             return ToolRow(*row)
@@ -120,7 +121,7 @@ class Source:
             f"or the network dropped it): {reason}"
         )
 
-    def _fetch(self, statement) -> list:
+    def _fetch(self, statement: Executable) -> list:
         try:
             with self.engine.connect() as conn:
                 return list(conn.execute(statement))

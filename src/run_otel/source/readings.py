@@ -10,6 +10,7 @@ that means nothing becomes None and a row warning naming it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
@@ -58,7 +59,7 @@ def as_count(value: Any) -> int | None:
     raise Unreadable(value)
 
 
-def _read(row: Any, table: str, columns: tuple[str, ...], reader, warnings: list[str]) -> dict[str, Any]:
+def _read(row: Any, table: str, columns: tuple[str, ...], reader: Callable[[Any], Any], warnings: list[str]) -> dict[str, Any]:
     changed: dict[str, Any] = {}
     for column in columns:
         value = getattr(row, column)

@@ -26,7 +26,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, set_span_in_context
 from prometheus_client import CollectorRegistry
 from prometheus_client.registry import Collector
-from prometheus_client.samples import Exemplar
+from prometheus_client.samples import Exemplar, Sample
 
 from . import instruments as I
 
@@ -96,7 +96,7 @@ class ExemplarCollector(Collector):
             family.samples = [self._with_exemplar(sample) for sample in family.samples]
             yield family
 
-    def _with_exemplar(self, sample):
+    def _with_exemplar(self, sample: Sample) -> Sample:
         if sample.exemplar is not None:
             return sample
         exemplar = self._store.find(sample.name, sample.labels)

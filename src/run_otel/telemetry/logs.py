@@ -11,6 +11,7 @@ import json
 import logging
 import sys
 from datetime import UTC, datetime
+from typing import TextIO
 
 from ..config import Config
 from ..mapping.masking import Scrubber
@@ -78,7 +79,7 @@ class PoolResetFilter(logging.Filter):
         return True
 
 
-def configure_logging(config: Config, stream=None, scrubber: Scrubber | None = None) -> SecretFilter:
+def configure_logging(config: Config, stream: TextIO | None = None, scrubber: Scrubber | None = None) -> SecretFilter:
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter() if config.log.format == "json" else TextFormatter())
     handler.addFilter(PoolResetFilter())

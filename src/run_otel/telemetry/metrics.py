@@ -11,13 +11,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.export import MetricExporter, MetricReader, PeriodicExportingMetricReader
 from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
 from opentelemetry.sdk.resources import Resource
 from prometheus_client import CollectorRegistry
@@ -29,7 +29,16 @@ from ..mapping import attributes as A
 from ..mapping.span_data import MAX_DURATION_MS, root_span_id_for, tool_span_id_for, trace_id_for
 from ..pipeline.poller import PollResult, Recorder
 from ..sharding import shard_name
-from ..source.rows import INTENTS, RELEASE_OUTCOMES, RELEVANCE_LEVELS, RETRIEVAL_LAYERS, TERMINAL_STATUSES, WAITING_STATUSES
+from ..source.rows import (
+    INTENTS,
+    RELEASE_OUTCOMES,
+    RELEVANCE_LEVELS,
+    RETRIEVAL_LAYERS,
+    TERMINAL_STATUSES,
+    WAITING_STATUSES,
+    FeedbackRow,
+    ToolRow,
+)
 from . import instruments as I
 from .exemplars import ExemplarCollector, ExemplarStore, span_context
 
@@ -107,7 +116,7 @@ class BridgeMetrics(Recorder):
         # 0 until the poller finds the source behind the checkpoint: the panel reads 0, not "No data".
         self._get(I.CHECKPOINT_AHEAD).set(0, I.CHECKPOINT_AHEAD.labelled(self._shard))
 
-    def _get(self, instrument: I.Instrument):
+    def _get(self, instrument: I.Instrument) -> Any:
         return self._i[instrument.name]
 
     # -- Recorder -------------------------------------------------------------
@@ -142,7 +151,7 @@ class BridgeMetrics(Recorder):
         if result.rejected_spans:
             self._get(I.REJECTED_SPANS).add(result.rejected_spans)
 
-    def _record_tool(self, tool, trace_id: bytes, span_id: bytes) -> None:
+    def _record_tool(self, tool: ToolRow, trace_id: bytes, span_id: bytes) -> None:
         name = label(tool.tool_name)
         success = label(tool.success)
         layer = label(tool.retrieval_layer, RETRIEVAL_LAYERS)
@@ -164,7 +173,7 @@ class BridgeMetrics(Recorder):
         if tool.retrieval_layer is not None and not (tool.l0_match_count or 0) and not (tool.l1_match_count or 0):
             self._get(I.ZERO_MATCH).add(1, I.ZERO_MATCH.labelled(layer, name))
 
-    def feedback_sent(self, rows) -> None:
+    def feedback_sent(self, rows: Sequence[FeedbackRow]) -> None:
         for row in rows:
             feedback = self._feedback.label_of(row.feedback) or OTHER
             self._get(I.FEEDBACK).add(1, I.FEEDBACK.labelled(feedback, label(row.intent, INTENTS)))
@@ -231,9 +240,9 @@ class HealthServer:
         self._server.server_close()
 
 
-def _handler(registry: CollectorRegistry | None, ready: Callable[[], tuple[bool, str]], alive: Callable[[], tuple[bool, str]]):
+def _handler(registry: CollectorRegistry | None, ready: Callable[[], tuple[bool, str]], alive: Callable[[], tuple[bool, str]]) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):
+        def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
             if path == "/metrics" and registry is not None:
                 # prometheus_client's own negotiation: OpenMetrics when the scraper asks for it.
@@ -248,14 +257,14 @@ def _handler(registry: CollectorRegistry | None, ready: Callable[[], tuple[bool,
             else:
                 self._reply(404, b"not found\n")
 
-        def _reply(self, code: int, body: bytes, content_type: str = "text/plain; charset=utf-8"):
+        def _reply(self, code: int, body: bytes, content_type: str = "text/plain; charset=utf-8") -> None:
             self.send_response(code)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, *_args):  # scrapes every few seconds would flood the log
+        def log_message(self, *_args: Any) -> None:  # scrapes every few seconds would flood the log
             pass
 
     return Handler
@@ -297,7 +306,7 @@ def build_metrics(config: Config) -> BridgeMetrics:
     return BridgeMetrics(config, readers, registry, exemplars)
 
 
-def _otlp_metric_exporter(config: Config):
+def _otlp_metric_exporter(config: Config) -> MetricExporter:
     endpoint = config.export_endpoint()
     if config.export.protocol == "http/protobuf":
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpExporter
