@@ -8,6 +8,8 @@ import re
 import shutil
 import sqlite3
 import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -59,3 +61,22 @@ def test_the_readme_first_command_works_on_a_fresh_copy(tmp_path):
         assert root.status.code == (1 if status == "SUCCESS" else 2)  # OK, else ERROR (docs/mapping.md: outcomes)
     children = {s.span_id: s for s in spans if s.parent_span_id}
     assert set(children) == {hashlib.sha256(f"tool_invocation:{r}:{i}".encode()).digest()[:8] for r, i in tools}
+
+
+@pytest.mark.slow
+def test_the_wheel_holds_every_subpackage_the_data_files_and_the_type_marker(tmp_path):
+    checkout = fresh_copy(tmp_path / "run-otel")
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "dist"), str(checkout)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert built.returncode == 0, built.stderr[-2000:]
+    (wheel,) = (tmp_path / "dist").glob("run_otel-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    package = ROOT / "src" / "run_otel"
+    subpackages = {p.parent.relative_to(package.parent).as_posix() for p in package.rglob("__init__.py")}
+    assert len(subpackages) >= 9  # the package and its stages: the check below is over all of them
+    expected = {f"{p}/__init__.py" for p in subpackages} | {
+        "run_otel/py.typed", "run_otel/example.toml", "run_otel/source/schema/mysql.sql"
+    }
+    assert expected <= names, sorted(expected - names)
