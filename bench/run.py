@@ -110,13 +110,13 @@ class CountingReceiver:
 
 
 SHORT_EVIDENCE = (
-    "'{\"evidence_status\":\"supported\",\"evidence_refs\":[{\"raw_path\":\"$.logs[0]\",\"text\":\"evidence text\"},"
-    "{\"raw_path\":\"$.logs[1]\",\"text\":\"more\"}]}'"
+    '\'{"evidence_status":"supported","evidence_refs":[{"raw_path":"$.logs[0]","text":"evidence text"},'
+    '{"raw_path":"$.logs[1]","text":"more"}]}\''
 )
 # Three refs of about 1 KB of text each: what real retrieval calls carry.
 KB_EVIDENCE = (
-    "CONCAT('{\"evidence_status\":\"supported\",\"evidence_refs\":[', "
-    + ", ',', ".join(f"'{{\"raw_path\":\"$.docs[{i}]\",\"text\":\"', REPEAT('e', 1000), '\"}}'" for i in range(3))
+    'CONCAT(\'{"evidence_status":"supported","evidence_refs":[\', '
+    + ", ',', ".join(f'\'{{"raw_path":"$.docs[{i}]","text":"\', REPEAT(\'e\', 1000), \'"}}\'' for i in range(3))
     + ", ']}')"
 )
 
@@ -226,7 +226,9 @@ def measure_backfill(tmp: Path, url: str, receiver: CountingReceiver, server: Ma
     started = time.perf_counter()
     process = subprocess.Popen(
         [sys.executable, "-m", "run_otel", "backfill", "--since", "2000-01-01", "--config", str(config)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     peak = PeakRss(process.pid)
     peak.start()
@@ -236,8 +238,12 @@ def measure_backfill(tmp: Path, url: str, receiver: CountingReceiver, server: Ma
     if process.returncode != 0:
         raise SystemExit(err)
     wait_for(lambda: receiver.counter.value > 0, 10, "spans")
-    out = {"spans": receiver.counter.value, "seconds": elapsed, "spans_per_s": receiver.counter.value / elapsed,
-           "peak_rss_mib": peak.kib / 1024}
+    out = {
+        "spans": receiver.counter.value,
+        "seconds": elapsed,
+        "spans_per_s": receiver.counter.value / elapsed,
+        "peak_rss_mib": peak.kib / 1024,
+    }
     if server:
         out["db_bytes_per_span"] = (server_bytes_sent(server) - sent_before) / receiver.counter.value
         out["db_cpu_us_per_span"] = (server_cpu_seconds(server) - cpu_before) / receiver.counter.value * 1e6
@@ -313,12 +319,20 @@ def measure_sdk_baseline(url: str, receiver: CountingReceiver, batch_size: int =
         context = trace_api.SpanContext(int.from_bytes(span.trace_id, "big"), int.from_bytes(span.span_id, "big"), False)
         parent = (
             trace_api.SpanContext(int.from_bytes(span.trace_id, "big"), int.from_bytes(span.parent_span_id, "big"), False)
-            if span.parent_span_id else None
+            if span.parent_span_id
+            else None
         )
         status = Status(StatusCode.ERROR, span.status_message) if span.status_code == STATUS_ERROR else Status(StatusCode.UNSET)
         return ReadableSpan(
-            name=span.name, context=context, parent=parent, resource=sdk_resource, attributes=dict(span.attributes),
-            kind=trace_api.SpanKind.INTERNAL, status=status, start_time=span.start_ns, end_time=span.end_ns,
+            name=span.name,
+            context=context,
+            parent=parent,
+            resource=sdk_resource,
+            attributes=dict(span.attributes),
+            kind=trace_api.SpanKind.INTERNAL,
+            status=status,
+            start_time=span.start_ns,
+            end_time=span.end_ns,
             instrumentation_scope=scope,
         )
 
@@ -344,9 +358,18 @@ def measure_user_script(server: MariaDB, database: str, receiver: CountingReceiv
     receiver.reset()
     started = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "user_script.py"), "127.0.0.1", str(server.port), "root",
-         server.ROOT_PASSWORD, database, receiver.endpoint],
-        capture_output=True, text=True,
+        [
+            sys.executable,
+            str(ROOT / "bench" / "user_script.py"),
+            "127.0.0.1",
+            str(server.port),
+            "root",
+            server.ROOT_PASSWORD,
+            database,
+            receiver.endpoint,
+        ],
+        capture_output=True,
+        text=True,
     )
     elapsed = time.perf_counter() - started
     if done.returncode != 0:
@@ -370,13 +393,15 @@ def _connect(server: MariaDB, database: str, driver: str):
     if driver == "mysqlconnector":
         import mysql.connector
 
-        return mysql.connector.connect(host="127.0.0.1", port=server.port, user="root", password=server.ROOT_PASSWORD,
-                                       database=database, charset="utf8mb4")
+        return mysql.connector.connect(
+            host="127.0.0.1", port=server.port, user="root", password=server.ROOT_PASSWORD, database=database, charset="utf8mb4"
+        )
     if driver == "mysqldb":
         import MySQLdb
 
-        return MySQLdb.connect(host="127.0.0.1", port=server.port, user="root", password=server.ROOT_PASSWORD,
-                               database=database, charset="utf8mb4")
+        return MySQLdb.connect(
+            host="127.0.0.1", port=server.port, user="root", password=server.ROOT_PASSWORD, database=database, charset="utf8mb4"
+        )
     return server.root(database)
 
 
@@ -390,7 +415,9 @@ def measure_raw_read(server: MariaDB, database: str, driver: str = "pymysql", ba
     with conn.cursor() as cur:
         cursor = 0
         while True:
-            cur.execute(f"SELECT {', '.join(RUN_COLUMNS)} FROM diagnosis_run WHERE id > %s ORDER BY id LIMIT %s", (cursor, batch_size))
+            cur.execute(
+                f"SELECT {', '.join(RUN_COLUMNS)} FROM diagnosis_run WHERE id > %s ORDER BY id LIMIT %s", (cursor, batch_size)
+            )
             runs = cur.fetchall()
             if not runs:
                 break
@@ -446,8 +473,12 @@ def measure_feedback_pass(tmp: Path, url: str, receiver: CountingReceiver, windo
         times.append(time.perf_counter() - started)
         assert again.sent == 0 and again.rated == first.rated
     parts.close()
-    return {"window_days": window_days, "rated_in_window": first.rated, "first_pass_ms": first_s * 1000,
-            "steady_pass_median_ms": statistics.median(times) * 1000}
+    return {
+        "window_days": window_days,
+        "rated_in_window": first.rated,
+        "first_pass_ms": first_s * 1000,
+        "steady_pass_median_ms": statistics.median(times) * 1000,
+    }
 
 
 def measure_delay(tmp: Path, server: MariaDB, seconds: float, rate: float = 50.0) -> dict:
@@ -456,8 +487,11 @@ def measure_delay(tmp: Path, server: MariaDB, seconds: float, rate: float = 50.0
     server.create_database(database)
     with CountingReceiver(track_arrivals=True) as receiver:
         config = _config_file(tmp, server.url(database), receiver.endpoint, poll={"start_from": "beginning"})
-        daemon = subprocess.Popen([sys.executable, "-m", "run_otel", "run", "--config", str(config)],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        daemon = subprocess.Popen(
+            [sys.executable, "-m", "run_otel", "run", "--config", str(config)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         finished: dict[str, float] = {}
         conn = server.root(database)
         time.sleep(3)
@@ -486,8 +520,10 @@ def measure_delay(tmp: Path, server: MariaDB, seconds: float, rate: float = 50.0
         daemon.wait()
     delays = sorted(arrived[t] - finished[t] for t in arrived if t in finished)
     return {
-        "runs": len(finished), "arrived": len(arrived),
-        "p50_s": delays[len(delays) // 2], "p95_s": delays[int(len(delays) * 0.95)],
+        "runs": len(finished),
+        "arrived": len(arrived),
+        "p50_s": delays[len(delays) // 2],
+        "p95_s": delays[int(len(delays) * 0.95)],
         "poll_interval_s": 5.0,
     }
 
@@ -521,8 +557,13 @@ def main() -> None:
     parser.add_argument("--skip-memory", action="store_true")
     args = parser.parse_args()
 
-    results: dict = {"runs": args.runs, "tools_per_run": args.tools, "spans": args.runs * (args.tools + 1), "reps": args.reps,
-                     "cpus": os.cpu_count()}
+    results: dict = {
+        "runs": args.runs,
+        "tools_per_run": args.tools,
+        "spans": args.runs * (args.tools + 1),
+        "reps": args.reps,
+        "cpus": os.cpu_count(),
+    }
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         server = MariaDB(tmp / "mariadb")
@@ -587,8 +628,12 @@ def main() -> None:
                     for name, runs in (("in_database", by_path[True]), ("parsed_here", by_path[False]))
                 }
                 kb = results["kb_evidence"]
-                results["ratios"]["kb_bytes_parsed_vs_in_database"] = kb["parsed_here"]["db_bytes_per_span"] / kb["in_database"]["db_bytes_per_span"]
-                results["ratios"]["kb_speed_in_database_vs_parsed"] = kb["in_database"]["spans_per_s"] / kb["parsed_here"]["spans_per_s"]
+                results["ratios"]["kb_bytes_parsed_vs_in_database"] = (
+                    kb["parsed_here"]["db_bytes_per_span"] / kb["in_database"]["db_bytes_per_span"]
+                )
+                results["ratios"]["kb_speed_in_database_vs_parsed"] = (
+                    kb["in_database"]["spans_per_s"] / kb["parsed_here"]["spans_per_s"]
+                )
             if not args.skip_memory:
                 print("memory: seeding 111,112 runs x 8 tools (1,000,008 spans) ...", flush=True)
                 seed_runs_and_tools(server, "bench_1m", 111_112, 8)
@@ -616,7 +661,11 @@ def main() -> None:
 
 def print_table(results: dict) -> None:
     rows = [
-        ("a user's script (bench/user_script.py)", f"{results['user_script']['spans_per_s']:,.0f} spans/s", "whole process, PyMySQL"),
+        (
+            "a user's script (bench/user_script.py)",
+            f"{results['user_script']['spans_per_s']:,.0f} spans/s",
+            "whole process, PyMySQL",
+        ),
         ("SDK path baseline", f"{results['sdk_baseline']['spans_per_s']:,.0f} spans/s", ""),
         ("run-otel --help", f"{results['help']['median_s'] * 1000:.0f} ms", "target < 150 ms"),
     ]
@@ -637,25 +686,48 @@ def print_table(results: dict) -> None:
     if "kb_evidence" in results:
         kb, ratios = results["kb_evidence"], results["ratios"]
         rows += [
-            ("1 KB evidence, JSON in the database", f"{kb['in_database']['spans_per_s']:,.0f} spans/s",
-             f"{kb['in_database']['db_bytes_per_span']:,.0f} bytes read, {kb['in_database']['db_cpu_us_per_span']:.1f} us database CPU per span"),
-            ("1 KB evidence, parsed in run-otel", f"{kb['parsed_here']['spans_per_s']:,.0f} spans/s",
-             f"{kb['parsed_here']['db_bytes_per_span']:,.0f} bytes read, {kb['parsed_here']['db_cpu_us_per_span']:.1f} us database CPU per span"),
+            (
+                "1 KB evidence, JSON in the database",
+                f"{kb['in_database']['spans_per_s']:,.0f} spans/s",
+                f"{kb['in_database']['db_bytes_per_span']:,.0f} bytes read, {kb['in_database']['db_cpu_us_per_span']:.1f} us database CPU per span",
+            ),
+            (
+                "1 KB evidence, parsed in run-otel",
+                f"{kb['parsed_here']['spans_per_s']:,.0f} spans/s",
+                f"{kb['parsed_here']['db_bytes_per_span']:,.0f} bytes read, {kb['parsed_here']['db_cpu_us_per_span']:.1f} us database CPU per span",
+            ),
             ("bytes read, parsed / in the database", f"{ratios['kb_bytes_parsed_vs_in_database']:.1f}x", "target >= 5x"),
             ("speed, in the database / parsed", f"{ratios['kb_speed_in_database_vs_parsed']:.2f}x", ""),
         ]
     for driver, one in results.get("memory_1m_spans", {}).items():
-        rows.append((f"backfill of {one['spans']:,} spans, {driver}", f"peak RSS {one['peak_rss_mib']:.0f} MiB",
-                     f"{one['spans_per_s']:,.0f} spans/s; target < 200 MB"))
+        rows.append(
+            (
+                f"backfill of {one['spans']:,} spans, {driver}",
+                f"peak RSS {one['peak_rss_mib']:.0f} MiB",
+                f"{one['spans_per_s']:,.0f} spans/s; target < 200 MB",
+            )
+        )
     for fb in results.get("feedback_pass", []):
-        rows.append((f"feedback pass, {fb['window_days']}-day window of 1M rows",
-                     f"{fb['steady_pass_median_ms']:.0f} ms", f"{fb['rated_in_window']} rated runs; first pass {fb['first_pass_ms']:.0f} ms"))
+        rows.append(
+            (
+                f"feedback pass, {fb['window_days']}-day window of 1M rows",
+                f"{fb['steady_pass_median_ms']:.0f} ms",
+                f"{fb['rated_in_window']} rated runs; first pass {fb['first_pass_ms']:.0f} ms",
+            )
+        )
     if "delay" in results:
         delay = results["delay"]
-        rows.append(("export delay p50 / p95", f"{delay['p50_s']:.2f} s / {delay['p95_s']:.2f} s",
-                     f"{delay['arrived']}/{delay['runs']} runs; target p95 <= {delay['poll_interval_s'] + 1:.0f} s"))
+        rows.append(
+            (
+                "export delay p50 / p95",
+                f"{delay['p50_s']:.2f} s / {delay['p95_s']:.2f} s",
+                f"{delay['arrived']}/{delay['runs']} runs; target p95 <= {delay['poll_interval_s'] + 1:.0f} s",
+            )
+        )
     width = max(len(r[0]) for r in rows)
-    print(f"\n{results['runs']} runs x {results['tools_per_run']} tools = {results['spans']:,} spans, median of {results['reps']}, {results['cpus']} CPUs")
+    print(
+        f"\n{results['runs']} runs x {results['tools_per_run']} tools = {results['spans']:,} spans, median of {results['reps']}, {results['cpus']} CPUs"
+    )
     for name, value, note in rows:
         print(f"  {name:<{width}}  {value:>18}  {note}")
 

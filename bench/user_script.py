@@ -70,27 +70,48 @@ def main() -> None:
                 root_id = int.from_bytes(hashlib.sha256(f"run:{run_id}".encode()).digest()[:8], "big")
                 start = ns(created)
                 root = trace.SpanContext(trace_id, root_id, False)
-                batch.append(ReadableSpan(
-                    name="invoke_agent diagnosis-agent", context=root, resource=resource, instrumentation_scope=scope,
-                    attributes={"diagnosis.run.id": run_id, "gen_ai.conversation.id": session, "diagnosis.run.status": status,
-                                "diagnosis.run.intent": intent or ""},
-                    start_time=start, end_time=start + (duration or 0) * 1_000_000,
-                    status=Status(StatusCode.ERROR if status == "FAILED" else StatusCode.UNSET),
-                ))
+                batch.append(
+                    ReadableSpan(
+                        name="invoke_agent diagnosis-agent",
+                        context=root,
+                        resource=resource,
+                        instrumentation_scope=scope,
+                        attributes={
+                            "diagnosis.run.id": run_id,
+                            "gen_ai.conversation.id": session,
+                            "diagnosis.run.status": status,
+                            "diagnosis.run.intent": intent or "",
+                        },
+                        start_time=start,
+                        end_time=start + (duration or 0) * 1_000_000,
+                        status=Status(StatusCode.ERROR if status == "FAILED" else StatusCode.UNSET),
+                    )
+                )
                 for tool_id, _run, name, layer, l0, l1, relevance, tool_ms, success, at in tools.get(run_id, []):
                     span_id = int.from_bytes(hashlib.sha256(f"tool_invocation:{run_id}:{tool_id}".encode()).digest()[:8], "big")
                     attributes = {"gen_ai.tool.name": name, "gen_ai.tool.call.id": str(tool_id), "diagnosis.run.id": run_id}
-                    for key, value in (("rag.retrieval_layer", layer), ("rag.l0_match_count", l0),
-                                       ("rag.l1_match_count", l1), ("rag.relevance_level", relevance)):
+                    for key, value in (
+                        ("rag.retrieval_layer", layer),
+                        ("rag.l0_match_count", l0),
+                        ("rag.l1_match_count", l1),
+                        ("rag.relevance_level", relevance),
+                    ):
                         if value is not None:
                             attributes[key] = value
                     end = ns(at)
-                    batch.append(ReadableSpan(
-                        name=f"execute_tool {name}", context=trace.SpanContext(trace_id, span_id, False), parent=root,
-                        resource=resource, instrumentation_scope=scope, attributes=attributes,
-                        start_time=end - (tool_ms or 0) * 1_000_000, end_time=end,
-                        status=Status(StatusCode.ERROR if success == 0 else StatusCode.UNSET),
-                    ))
+                    batch.append(
+                        ReadableSpan(
+                            name=f"execute_tool {name}",
+                            context=trace.SpanContext(trace_id, span_id, False),
+                            parent=root,
+                            resource=resource,
+                            instrumentation_scope=scope,
+                            attributes=attributes,
+                            start_time=end - (tool_ms or 0) * 1_000_000,
+                            end_time=end,
+                            status=Status(StatusCode.ERROR if success == 0 else StatusCode.UNSET),
+                        )
+                    )
                 if len(batch) >= BATCH:
                     send(exporter, batch)
                     batch = []

@@ -201,7 +201,6 @@ def table_rows(agent_db: AgentDb, sql: str) -> list[dict]:
         return [dict(row._mapping) for row in conn.execute(text(sql))]
 
 
-
 class DaemonProcess:
     """`run-otel run` in a subprocess, with its stderr kept in a file."""
 

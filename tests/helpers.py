@@ -98,9 +98,7 @@ def assert_trace_matches(run: dict, tools: list[dict], spans: list) -> None:
 
 
 def start_daemon(config: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "run_otel", "run", "--config", str(config)], stderr=subprocess.PIPE, text=True
-    )
+    return subprocess.Popen([sys.executable, "-m", "run_otel", "run", "--config", str(config)], stderr=subprocess.PIPE, text=True)
 
 
 def http_status(url: str) -> int:

@@ -41,7 +41,10 @@ SECRETS: list[tuple[str, str]] = [
         "github_pat_11ABCDEFG0aBcDeFgHiJkLmN_oPqRsTuVwXyZ0123456789aBcDeFgHiJkLmNoPqRsTuVwXyZ012345",
     ),
     ("gitlab: glpat-xY7zQ2wE4rT6yU8iO0pA", "glpat-xY7zQ2wE4rT6yU8iO0pA"),
-    ("slack post failed xoxb-123456789012-1234567890123-abcdefghijklmnopqrstuvwx", "xoxb-123456789012-1234567890123-abcdefghijklmnopqrstuvwx"),
+    (
+        "slack post failed xoxb-123456789012-1234567890123-abcdefghijklmnopqrstuvwx",
+        "xoxb-123456789012-1234567890123-abcdefghijklmnopqrstuvwx",
+    ),
     ("webhook https://hooks.slack.com/services/T01ABCDEF/B02GHIJKL/abcdefGHIJKL123456mnop", "abcdefGHIJKL123456mnop"),
     ("stripe charge: sk_live_4eC39HqLyjWDarjtT1zdp7dc", "sk_live_4eC39HqLyjWDarjtT1zdp7dc"),
     ("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", "TwL2iGABf9DHoTf-09kqeF8tAmbihYzrnopKc-1s5cr"),
@@ -65,7 +68,10 @@ SECRETS: list[tuple[str, str]] = [
         "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==",
     ),
     ("blob GET https://x.blob.core.windows.net/c/f?sv=2021-08-06&sig=q8Zs2Vp8bW4n3c8V4kQ%3D failed", "q8Zs2Vp8bW4n3c8V4kQ%3D"),
-    ("npm ERR! //registry.npmjs.org/:_authToken=npm_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789", "npm_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"),
+    (
+        "npm ERR! //registry.npmjs.org/:_authToken=npm_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
+        "npm_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
+    ),
     ("telegram 123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw0 blocked", "AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw0"),
     ("mysql --password hunter2w -h db", "hunter2w"),
     ("X-Api-Key: abcdef1234567890", "abcdef1234567890"),

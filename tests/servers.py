@@ -607,9 +607,7 @@ class Phoenix:
             "PHOENIX_WORKING_DIR": str(self.base),
             "PHOENIX_TELEMETRY_ENABLED": "false",
         }
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "phoenix.server.main", "serve"], stdout=log, stderr=log, env=env
-        )
+        self.process = subprocess.Popen([sys.executable, "-m", "phoenix.server.main", "serve"], stdout=log, stderr=log, env=env)
         wait_for(self._healthy, 120, "phoenix to serve", 0.5)
 
     def _healthy(self) -> bool:

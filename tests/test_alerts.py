@@ -17,6 +17,7 @@ pytestmark = pytest.mark.server  # every test here runs promtool
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "config" / "prometheus" / "alerts.yml"
 
+
 def _descriptions() -> dict[str, str]:
     rules = yaml.safe_load(RULES.read_text())
     return {r["alert"]: r["annotations"]["description"] for g in rules["groups"] for r in g["rules"]}
@@ -76,7 +77,13 @@ def test_a_breach_is_not_firing_before_its_for(tmp_path):
             {
                 "rule_files": [str(RULES)],
                 "evaluation_interval": "1m",
-                "tests": [{"interval": "1m", "input_series": series, "alert_rule_test": [{"eval_time": "12m", "alertname": alert, "exp_alerts": []}]}],
+                "tests": [
+                    {
+                        "interval": "1m",
+                        "input_series": series,
+                        "alert_rule_test": [{"eval_time": "12m", "alertname": alert, "exp_alerts": []}],
+                    }
+                ],
             }
         )
     )
@@ -94,7 +101,13 @@ def test_promtool_would_catch_a_wrong_expectation(tmp_path, alert):
             {
                 "rule_files": [str(RULES)],
                 "evaluation_interval": "1m",
-                "tests": [{"interval": "1m", "input_series": firing[2], "alert_rule_test": [{"eval_time": firing[3], "alertname": alert, "exp_alerts": []}]}],
+                "tests": [
+                    {
+                        "interval": "1m",
+                        "input_series": firing[2],
+                        "alert_rule_test": [{"eval_time": firing[3], "alertname": alert, "exp_alerts": []}],
+                    }
+                ],
             }
         )
     )

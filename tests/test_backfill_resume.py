@@ -32,14 +32,21 @@ def start_backfill(private_mariadb, receiver: Receiver, tmp_path, driver: str, r
         {
             "source": {"url": with_driver(url, driver), "connect_timeout_seconds": 2},
             "state": {"url": f"sqlite:///{tmp_path / 'state.db'}"},
-            "poll": {"batch_size": 200, "backfill_retry_seconds": retry_seconds, "retry_initial_seconds": 0.5, "retry_max_seconds": 2},
+            "poll": {
+                "batch_size": 200,
+                "backfill_retry_seconds": retry_seconds,
+                "retry_initial_seconds": 0.5,
+                "retry_max_seconds": 2,
+            },
             "export": {"endpoint": receiver.endpoint, "timeout_seconds": 5},
             "metrics": {"enabled": False},
         },
     )
     process = subprocess.Popen(
         [sys.executable, "-m", "run_otel", "backfill", "--from-id", "1", "--config", str(config)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     wait_for(lambda: len(received_roots(receiver)) >= 2000, 120, "the backfill to be under way")
     return process

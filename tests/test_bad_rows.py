@@ -47,7 +47,7 @@ def test_bad_rows_are_exported_with_warnings_and_block_nothing(agent_db, otlp, t
     add_tool(conn, normal, success=1, duration_ms=10)
     conn.close()
     poller.poll()
-    assert recorder.run_ids[len(exported):] == [normal]
+    assert recorder.run_ids[len(exported) :] == [normal]
     assert exported == set(cases.values())
     wait_for(lambda: len({s.trace_id.hex() for _r, _s, s in otlp.receiver.spans()}) >= len(cases) + 1, 30, "every trace")
 
@@ -85,7 +85,9 @@ def test_bad_rows_are_exported_with_warnings_and_block_nothing(agent_db, otlp, t
     assert by_run["legacy-run-42"]
 
     # Orphan and legacy tool rows never appear anywhere.
-    names = {attrs["gen_ai.tool.name"].string_value for spans in by_run.values() for _s, attrs in spans if "gen_ai.tool.name" in attrs}
+    names = {
+        attrs["gen_ai.tool.name"].string_value for spans in by_run.values() for _s, attrs in spans if "gen_ai.tool.name" in attrs
+    }
     assert not names & {"orphan", "legacy_no_run_id"}
 
     logged = "\n".join(r.getMessage() for r in caplog.records)

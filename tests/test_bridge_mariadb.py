@@ -34,7 +34,9 @@ def received_by_trace(receiver) -> dict[str, list]:
 
 
 def config_file(tmp_path, agent_db, otlp, protocol, **overrides):
-    return write_config(tmp_path / "run-otel.toml", bridge_sections(agent_db, tmp_path, otlp.endpoint(protocol), protocol, **overrides))
+    return write_config(
+        tmp_path / "run-otel.toml", bridge_sections(agent_db, tmp_path, otlp.endpoint(protocol), protocol, **overrides)
+    )
 
 
 def span_total(expected) -> int:
@@ -83,8 +85,15 @@ def test_waiting_run_arrives_on_the_poll_after_it_finishes(agent_db, otlp, tmp_p
 def _run_row(run_id: str, status: str = "SUCCESS") -> dict:
     now = utc_now_naive()
     return dict(
-        run_id=run_id, session_id="s", query="q", status=status, intent="DIAGNOSIS", release_outcome=status,
-        total_duration_ms=1000, created_at=now.replace(year=now.year - 1), updated_at=now.replace(year=now.year - 1),
+        run_id=run_id,
+        session_id="s",
+        query="q",
+        status=status,
+        intent="DIAGNOSIS",
+        release_outcome=status,
+        total_duration_ms=1000,
+        created_at=now.replace(year=now.year - 1),
+        updated_at=now.replace(year=now.year - 1),
     )
 
 

@@ -52,7 +52,7 @@ def test_bad_values_are_named(section, key, value, match):
 
 def test_environment_overrides_file(tmp_path):
     path = tmp_path / "c.toml"
-    path.write_text('[poll]\ninterval_seconds = 3\n[content]\ncapture = false\n')
+    path.write_text("[poll]\ninterval_seconds = 3\n[content]\ncapture = false\n")
     config = load_config(
         path,
         environ={
@@ -97,7 +97,15 @@ GENAI_CAPTURE = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 
 @pytest.mark.parametrize(
     ("value", "capture"),
-    [("true", True), ("TRUE", True), ("SPAN_ONLY", True), ("span_and_event", True), ("false", False), ("NO_CONTENT", False), ("EVENT_ONLY", False)],
+    [
+        ("true", True),
+        ("TRUE", True),
+        ("SPAN_ONLY", True),
+        ("span_and_event", True),
+        ("false", False),
+        ("NO_CONTENT", False),
+        ("EVENT_ONLY", False),
+    ],
 )
 def test_the_genai_content_variable_beats_the_file_and_run_otel_variables_beat_it(tmp_path, value, capture):
     path = tmp_path / "c.toml"

@@ -37,13 +37,35 @@ def seed(agent_db) -> None:
     runs, tools = [], []
     for text, _secret in CORPUS:
         run_id = f"run-{uuid.uuid4()}"
-        runs.append(dict(run_id=run_id, session_id="s", query=text, answer=text, published_result=json.dumps({"r": text}),
-                         status="SUCCESS", intent="DIAGNOSIS", created_at=old, updated_at=old))
+        runs.append(
+            dict(
+                run_id=run_id,
+                session_id="s",
+                query=text,
+                answer=text,
+                published_result=json.dumps({"r": text}),
+                status="SUCCESS",
+                intent="DIAGNOSIS",
+                created_at=old,
+                updated_at=old,
+            )
+        )
         details = {"evidence_status": "supported", "evidence_refs": [{"raw_path": "$.x", "text": text}]}
         for success in (True, False):
-            tools.append(dict(session_id="s", run_id=run_id, tool_name="search_kb", input_params=json.dumps({"query": text}),
-                              output_preview=text, retrieval_details=json.dumps(details), retrieval_layer="L0",
-                              success=success, error_message=None if success else text, created_at=old))
+            tools.append(
+                dict(
+                    session_id="s",
+                    run_id=run_id,
+                    tool_name="search_kb",
+                    input_params=json.dumps({"query": text}),
+                    output_preview=text,
+                    retrieval_details=json.dumps(details),
+                    retrieval_layer="L0",
+                    success=success,
+                    error_message=None if success else text,
+                    created_at=old,
+                )
+            )
     with agent_db.engine().begin() as conn:
         conn.execute(insert(diagnosis_run), runs)
         conn.execute(insert(tool_invocation), tools)
@@ -55,8 +77,11 @@ def test_every_content_path_is_redacted_with_the_error_message_corpus(agent_db, 
     receiver.start()
     try:
         config = bridge_config(
-            agent_db, tmp_path, receiver.endpoint,
-            content={"capture": True, "max_length": 8192}, trace={"conventions": ["gen_ai", "openinference"]},
+            agent_db,
+            tmp_path,
+            receiver.endpoint,
+            content={"capture": True, "max_length": 8192},
+            trace={"conventions": ["gen_ai", "openinference"]},
         )
         build_poller(build_parts(config)).poll()
         spans = receiver.spans()
@@ -69,8 +94,16 @@ def test_every_content_path_is_redacted_with_the_error_message_corpus(agent_db, 
             if kv.value.string_value:
                 values.setdefault(kv.key, []).append(kv.value.string_value)
     # Every content path was exported, document content included.
-    for key in ("diagnosis.run.query", "diagnosis.run.answer", "diagnosis.run.published_result", "gen_ai.tool.call.arguments", "gen_ai.tool.call.result",
-                "input.value", "output.value", "status"):
+    for key in (
+        "diagnosis.run.query",
+        "diagnosis.run.answer",
+        "diagnosis.run.published_result",
+        "gen_ai.tool.call.arguments",
+        "gen_ai.tool.call.result",
+        "input.value",
+        "output.value",
+        "status",
+    ):
         assert any(k == key or k.endswith(key) for k in values), (key, sorted(values))
     assert any(k.endswith("document.content") for k in values), sorted(values)
     leaks = [(key, secret) for key, texts in values.items() for text in texts for _t, secret in CORPUS if secret in text]

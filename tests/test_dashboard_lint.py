@@ -22,7 +22,9 @@ ROOT = Path(__file__).resolve().parent.parent
 DATASOURCE_UIDS = {"$datasource", "${datasource}", "$prometheus_datasource", "${prometheus_datasource}"}
 # Grafana's unit ids that these dashboards may use (a subset of the linter's list).
 UNITS = {"short", "none", "percent", "percentunit", "s", "ms", "reqps", "ops", "cps", "bytes", "decbytes"}
-METRICS = {i.prometheus for i in I.ALL} | {i.series(s) for i in I.ALL if i.kind == I.HISTOGRAM for s in ("_bucket", "_sum", "_count")}
+METRICS = {i.prometheus for i in I.ALL} | {
+    i.series(s) for i in I.ALL if i.kind == I.HISTOGRAM for s in ("_bucket", "_sum", "_count")
+}
 SELECTOR = re.compile(r"\b([a-zA-Z_:][a-zA-Z0-9_:]*)\{([^}]*)\}")
 
 
@@ -58,9 +60,7 @@ def excluded(rule: str, dashboard: str, panel: str, rules: dict) -> bool:
     if rule not in rules:
         return False
     entries = rules[rule].get("entries")
-    return not entries or any(
-        e["dashboard"] == dashboard and e.get("panel") in (None, panel) for e in entries
-    )
+    return not entries or any(e["dashboard"] == dashboard and e.get("panel") in (None, panel) for e in entries)
 
 
 def check(rule: str, findings: Callable[[dict], Iterator[Finding]], rules: dict | None = None) -> list[Finding]:
@@ -137,7 +137,7 @@ def target_matcher(label: str) -> Callable[[dict], Iterator[Finding]]:
                 yield board["title"], panel["title"], f"selector without matchers: {bare}"
             for metric, matchers in SELECTOR.findall(expr):
                 if f'{label}=~"${label}"' not in matchers:
-                    yield board["title"], panel["title"], f"{metric} without {label}=~\"${label}\""
+                    yield board["title"], panel["title"], f'{metric} without {label}=~"${label}"'
 
     return findings
 
@@ -191,7 +191,7 @@ def test_the_rules_catch_what_they_are_for():
                 "title": "t",
                 "datasource": {"uid": "prometheus"},
                 "fieldConfig": {"defaults": {}},
-                "targets": [{"expr": "sum(increase(run_otel_export_failures_total[1h])) + run_otel_rejected_spans_total{x=\"1\"}"}],
+                "targets": [{"expr": 'sum(increase(run_otel_export_failures_total[1h])) + run_otel_rejected_spans_total{x="1"}'}],
             }
         ],
     }
@@ -203,7 +203,14 @@ def test_the_rules_catch_what_they_are_for():
 
 
 def filled(expr: str) -> str:
-    for name, value in (("$__rate_interval", "1m"), ("$__range", "10m"), ("$job", ".+"), ("$instance", ".+"), ("$shard", ".+"), ("$intent", ".+")):
+    for name, value in (
+        ("$__rate_interval", "1m"),
+        ("$__range", "10m"),
+        ("$job", ".+"),
+        ("$instance", ".+"),
+        ("$shard", ".+"),
+        ("$intent", ".+"),
+    ):
         expr = expr.replace(name, value)
     return expr
 
@@ -213,7 +220,11 @@ def test_every_query_parses(tmp_path):
     exprs = [filled(t["expr"]) for board in boards().values() for _p, t in targets(board)]
     assert "$" not in "".join(exprs)
     path = tmp_path / "queries.yml"
-    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboards", "rules": [{"record": f"q:{i}", "expr": e} for i, e in enumerate(exprs)]}]}))
+    path.write_text(
+        yaml.safe_dump(
+            {"groups": [{"name": "dashboards", "rules": [{"record": f"q:{i}", "expr": e} for i, e in enumerate(exprs)]}]}
+        )
+    )
     done = subprocess.run([promtool(), "check", "rules", str(path)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
 

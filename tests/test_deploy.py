@@ -28,7 +28,11 @@ SERVICES = COMPOSE["services"]
 COLLECTOR = yaml.safe_load((ROOT / "config/otel-collector.yaml").read_text())
 TEMPO = yaml.safe_load((ROOT / "config/tempo.yaml").read_text())
 COMPOSE_CONFIG = ROOT / "config/run-otel.compose.toml"
-INIT_SQL = [ROOT / "src/run_otel/source/schema/mysql.sql", ROOT / "deploy/mysql/02-run-otel-user.sql", ROOT / "deploy/mysql/03-demo-workload.sql"]
+INIT_SQL = [
+    ROOT / "src/run_otel/source/schema/mysql.sql",
+    ROOT / "deploy/mysql/02-run-otel-user.sql",
+    ROOT / "deploy/mysql/03-demo-workload.sql",
+]
 
 
 def host_port(endpoint: str) -> tuple[str, int]:
@@ -46,7 +50,9 @@ def test_every_file_mounted_in_compose_exists():
     for path in mounts:
         assert (ROOT / path).exists(), path
     assert [Path(v.split(":")[1]).name for v in SERVICES["mysql"]["volumes"]] == [
-        "01-schema.sql", "02-run-otel-user.sql", "03-demo-workload.sql"
+        "01-schema.sql",
+        "02-run-otel-user.sql",
+        "03-demo-workload.sql",
     ]
 
 
@@ -242,9 +248,15 @@ def test_the_compose_mysql_init_gives_a_select_only_user_that_can_export(private
     checked = run_cli("check", "--config", str(COMPOSE_CONFIG), env=env)
     assert "SELECT only" in checked.stdout and "can write" not in checked.stdout
     writes = subprocess.run(
-        [sys.executable, "-c", "import pymysql,sys; c=pymysql.connect(host='127.0.0.1', port=int(sys.argv[1]), user='run_otel', "
-         "password='run-otel-demo-only', database='agent'); c.cursor().execute(\"DELETE FROM diagnosis_run\")", str(private_mariadb.port)],
-        capture_output=True, text=True,
+        [
+            sys.executable,
+            "-c",
+            "import pymysql,sys; c=pymysql.connect(host='127.0.0.1', port=int(sys.argv[1]), user='run_otel', "
+            "password='run-otel-demo-only', database='agent'); c.cursor().execute(\"DELETE FROM diagnosis_run\")",
+            str(private_mariadb.port),
+        ],
+        capture_output=True,
+        text=True,
     )
     assert writes.returncode != 0 and "command denied" in writes.stderr
 
@@ -261,10 +273,14 @@ def test_three_shards_split_the_runs_exactly(agent_db: AgentDb, otlp, tmp_path):
         done = run_cli("once", "--config", str(config), "--shard", f"{index}/3")
         assert done.returncode == 0, done.stderr
         count = int(re.search(r"exported (\d+) runs", done.stdout).group(1))
-        wait_for(lambda b=before, c=count: len({s.trace_id for _r, _s, s in otlp.receiver.spans()} - b) == c, 30, f"shard {index}")
+        wait_for(
+            lambda b=before, c=count: len({s.trace_id for _r, _s, s in otlp.receiver.spans()} - b) == c, 30, f"shard {index}"
+        )
         shards.append({s.trace_id.hex() for _r, _s, s in otlp.receiver.spans()} - {t.hex() for t in before})
     with agent_db.engine().connect() as conn:
-        terminal = {r[0][4:].replace("-", "") for r in conn.execute(text("SELECT run_id FROM diagnosis_run WHERE status <> 'RUNNING'"))}
+        terminal = {
+            r[0][4:].replace("-", "") for r in conn.execute(text("SELECT run_id FROM diagnosis_run WHERE status <> 'RUNNING'"))
+        }
     assert set().union(*shards) == terminal
     assert not (shards[0] & shards[1]) and not (shards[0] & shards[2]) and not (shards[1] & shards[2])
     assert all(len(s) > 50 for s in shards)

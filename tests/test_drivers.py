@@ -68,8 +68,11 @@ def _spans_and_warnings(url: str, **source) -> tuple[list[bytes], list[str], str
 def test_the_c_driver_maps_every_row_to_the_same_bytes_as_pymysql(agent_db, capture, in_database):
     _seed_usual_runs(agent_db)
     seed_corpus(agent_db)
-    settings = {"source": {"evidence_in_database": in_database}, "content": {"capture": capture},
-                "trace": {"conventions": ["gen_ai", "openinference"]}}
+    settings = {
+        "source": {"evidence_in_database": in_database},
+        "content": {"capture": capture},
+        "trace": {"conventions": ["gen_ai", "openinference"]},
+    }
     reference, reference_warnings, _ = _spans_and_warnings(agent_db.url, **settings)
     spans, warnings, driver = _spans_and_warnings(with_driver(agent_db.url, "mysqlconnector"), **settings)
     # The precondition: the C extension really read the rows, not the pure-Python fallback.
@@ -95,8 +98,12 @@ def test_a_c_driver_that_did_not_load_is_named_in_a_warning():
     assert done.returncode == 0, done.stderr
     assert "C extension did not load, so it runs in pure Python" in done.stderr
     # The control: in a plain process it loads, and nothing is said.
-    done = subprocess.run([sys.executable, "-c", program.replace("phoenix.client.pytest.plugin, ", "").replace("assert not", "assert")],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", program.replace("phoenix.client.pytest.plugin, ", "").replace("assert not", "assert")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0 and "C extension" not in done.stderr, done.stderr
 
 

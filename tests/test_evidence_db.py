@@ -20,8 +20,10 @@ SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.text(max_si
 REF = st.one_of(
     st.fixed_dictionaries(
         {},
-        optional={"raw_path": st.one_of(st.sampled_from(["$.docs[0]", "$.no_evidence", "$.logs[1]"]), st.text(max_size=6), SCALARS),
-                  "text": st.text(max_size=40)},
+        optional={
+            "raw_path": st.one_of(st.sampled_from(["$.docs[0]", "$.no_evidence", "$.logs[1]"]), st.text(max_size=6), SCALARS),
+            "text": st.text(max_size=40),
+        },
     ),
     SCALARS,
     st.lists(SCALARS, max_size=2),
@@ -100,10 +102,14 @@ def _run(run_id: str):
 
 
 def test_with_capture_off_the_evidence_text_never_leaves_the_database(agent_db):
-    text = json.dumps({"evidence_status": "supported", "evidence_refs": [{"raw_path": "$.docs[0]", "text": "MARK-EVIDENCE " * 80}]})
+    text = json.dumps(
+        {"evidence_status": "supported", "evidence_refs": [{"raw_path": "$.docs[0]", "text": "MARK-EVIDENCE " * 80}]}
+    )
     run_id = insert_tools(agent_db, [text])
     read = {
-        in_database: Source(build_config({"source": {"url": agent_db.url, "evidence_in_database": in_database}})).tools_for([run_id])[run_id]
+        in_database: Source(build_config({"source": {"url": agent_db.url, "evidence_in_database": in_database}})).tools_for(
+            [run_id]
+        )[run_id]
         for in_database in (True, False)
     }
     assert "MARK-EVIDENCE" in repr(read[False])  # the precondition: reading the column brings the text

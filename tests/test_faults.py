@@ -36,7 +36,12 @@ def test_database_restart_keeps_the_daemon_alive(private_mariadb, otlp, tmp_path
     db = AgentDb(private_mariadb, "agent", private_mariadb.create_database("agent"))
     seed(db, 50, 1)
     daemon = DaemonProcess(
-        config(tmp_path, db, otlp.endpoint("grpc"), poll={"interval_seconds": 0.5, "retry_initial_seconds": 0.5, "retry_max_seconds": 2}),
+        config(
+            tmp_path,
+            db,
+            otlp.endpoint("grpc"),
+            poll={"interval_seconds": 0.5, "retry_initial_seconds": 0.5, "retry_max_seconds": 2},
+        ),
         tmp_path / "daemon.log",
     )
     try:
@@ -59,8 +64,14 @@ def test_database_restart_keeps_the_daemon_alive(private_mariadb, otlp, tmp_path
 def test_receiver_away_for_30_seconds_loses_nothing(agent_db, otlp, tmp_path):
     seed(agent_db, 60, 3)
     daemon = DaemonProcess(
-        config(tmp_path, agent_db, otlp.endpoint("http/protobuf"), "http/protobuf",
-               poll={"interval_seconds": 0.5, "retry_max_seconds": 2}, export={"max_attempts": 1, "timeout_seconds": 2}),
+        config(
+            tmp_path,
+            agent_db,
+            otlp.endpoint("http/protobuf"),
+            "http/protobuf",
+            poll={"interval_seconds": 0.5, "retry_max_seconds": 2},
+            export={"max_attempts": 1, "timeout_seconds": 2},
+        ),
         tmp_path / "daemon.log",
     )
     try:
@@ -140,7 +151,10 @@ def test_a_deleted_state_store_says_where_it_restarts(agent_db, otlp, tmp_path):
     done = run_cli("once", "--config", str(path))
     assert done.returncode == 0
     top = table_rows(agent_db, "SELECT MAX(id) AS m FROM diagnosis_run")[0]["m"]
-    assert f"WARNING run_otel.pipeline.poller: no checkpoint for default in sqlite:///{tmp_path / 'state.db'}: starting after run id {top}" in done.stderr
+    assert (
+        f"WARNING run_otel.pipeline.poller: no checkpoint for default in sqlite:///{tmp_path / 'state.db'}: starting after run id {top}"
+        in done.stderr
+    )
 
 
 def test_retries_happen_when_the_log_says_and_recovery_is_said(agent_db, tmp_path):
@@ -154,9 +168,12 @@ def test_retries_happen_when_the_log_says_and_recovery_is_said(agent_db, tmp_pat
     seed(agent_db, 20, 11)
     receiver = Receiver(port=free_port())  # not started yet: the endpoint refuses
     path = config(
-        tmp_path, agent_db, f"127.0.0.1:{receiver.port}",
+        tmp_path,
+        agent_db,
+        f"127.0.0.1:{receiver.port}",
         poll={"interval_seconds": 10, "retry_initial_seconds": 1, "retry_max_seconds": 60},
-        export={"max_attempts": 1, "timeout_seconds": 2}, log={"format": "json"},
+        export={"max_attempts": 1, "timeout_seconds": 2},
+        log={"format": "json"},
     )
     daemon = DaemonProcess(path, tmp_path / "daemon.log")
     try:

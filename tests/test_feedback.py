@@ -97,8 +97,12 @@ def test_a_crash_before_the_ack_resends_the_feedback_and_counts_it_once(agent_db
     set_old(agent_db)
     port = free_port()
     sections = bridge_sections(
-        agent_db, tmp_path, f"http://{receiver.endpoint}",
-        feedback={"interval_seconds": 1}, metrics={"enabled": True, "port": port}, export={"max_attempts": 1},
+        agent_db,
+        tmp_path,
+        f"http://{receiver.endpoint}",
+        feedback={"interval_seconds": 1},
+        metrics={"enabled": True, "port": port},
+        export={"max_attempts": 1},
     )
     config = write_config(tmp_path / "c.toml", sections)
     daemon = DaemonProcess(config, tmp_path / "first.log")

@@ -18,8 +18,15 @@ from run_otel.generate.alerts import negative_feedback_rule
 from run_otel.ops.check import WARN, run_checks
 from run_otel.telemetry.metrics import build_metrics
 
-RATINGS = {"LIKE": "LIKE", "dislike": "DISLIKE", "thumbs-down": "THUMBS_DOWN", "Thumbs Up": "THUMBS_UP", "negative": "NEGATIVE",
-           "0": "0", "Unhelpful": "UNHELPFUL"}
+RATINGS = {
+    "LIKE": "LIKE",
+    "dislike": "DISLIKE",
+    "thumbs-down": "THUMBS_DOWN",
+    "Thumbs Up": "THUMBS_UP",
+    "negative": "NEGATIVE",
+    "0": "0",
+    "Unhelpful": "UNHELPFUL",
+}
 UNMAPPED = ["meh", "meh", "LOL"]
 
 
@@ -56,8 +63,12 @@ def test_common_vocabularies_are_mapped_and_reach_the_alert(agent_db, receiver, 
     # The negative ones are labels the shipped alert's regex matches.
     regex = re.search(r'feedback=~"([^"]+)"', negative_feedback_rule(FeedbackConfig().negative)["expr"]).group(1)
     assert {label for label in counts if re.fullmatch(regex, label)} == {"DISLIKE", "THUMBS_DOWN", "NEGATIVE", "0", "UNHELPFUL"}
-    scores = {attrs(s)["gen_ai.evaluation.score.label"]: attrs(s).get("gen_ai.evaluation.score.value") for s in feedback_spans(receiver)}
-    assert scores["dislike"] == 0.0 and scores["Thumbs Up"] == 1.0 and "gen_ai.evaluation.score.value" not in str(scores.get("meh"))
+    scores = {
+        attrs(s)["gen_ai.evaluation.score.label"]: attrs(s).get("gen_ai.evaluation.score.value") for s in feedback_spans(receiver)
+    }
+    assert (
+        scores["dislike"] == 0.0 and scores["Thumbs Up"] == 1.0 and "gen_ai.evaluation.score.value" not in str(scores.get("meh"))
+    )
     warnings = [r.getMessage() for r in caplog.records if "matches no label" in r.getMessage()]
     assert sorted(w.split("'")[1] for w in warnings) == ["LOL", "meh"]
 
@@ -77,7 +88,13 @@ def test_check_names_the_unmapped_values_with_counts(agent_db, receiver, tmp_pat
 def test_a_value_matches_its_label_whatever_the_case_and_separator():
     config = FeedbackConfig()
     assert [config.label_of(v) for v in ("up", " Thumbs-Down ", "thumbs down", "DisLike", "1", "meh", None)] == [
-        "UP", "THUMBS_DOWN", "THUMBS_DOWN", "DISLIKE", "1", None, None
+        "UP",
+        "THUMBS_DOWN",
+        "THUMBS_DOWN",
+        "DISLIKE",
+        "1",
+        None,
+        None,
     ]
     custom = FeedbackConfig(scores={"Accepted": 1.0, "rejected": 0.0}, negative=["REJECTED"])
     assert custom.label_of("REJECTED") == "REJECTED" and custom.score_of("Rejected") == 0.0 and custom.label_of("up") is None

@@ -66,9 +66,7 @@ def _metric_tokens(expr: str) -> set[str]:
     import re
 
     words = set(re.findall(r"\b([a-z_][a-z0-9_]*)(?:\{|\[|\))", expr))
-    return {w for w in words if "_" in w and w not in {"histogram_quantile", "tool_name"}} | (
-        {"up"} if "up{" in expr else set()
-    )
+    return {w for w in words if "_" in w and w not in {"histogram_quantile", "tool_name"}} | ({"up"} if "up{" in expr else set())
 
 
 def test_the_operations_doc_lists_every_metric():
@@ -89,8 +87,14 @@ def test_tool_latencies_under_100ms_fall_in_different_buckets():
     for seconds in (0.004, 0.02, 0.07):
         hist.record(seconds, {"tool_name": "t", "retrieval_layer": "L0", "success": "true"})
     data = reader.get_metrics_data()
-    (point,) = [p for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics
-                if m.name == I.TOOL_DURATION.name for p in m.data.data_points]
+    (point,) = [
+        p
+        for rm in data.resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+        if m.name == I.TOOL_DURATION.name
+        for p in m.data.data_points
+    ]
     assert sum(1 for count in point.bucket_counts if count) == 3
     metrics.shutdown()
 
@@ -128,7 +132,9 @@ def test_latency_panels_show_exemplars_that_open_the_trace_by_the_label_run_otel
         if target.get("exemplar")
     }
     assert {I.RUN_DURATION.series("_bucket"), I.TOOL_DURATION.series("_bucket")} <= {
-        name for expr in with_exemplars.values() for name in (I.RUN_DURATION.series("_bucket"), I.TOOL_DURATION.series("_bucket"))
+        name
+        for expr in with_exemplars.values()
+        for name in (I.RUN_DURATION.series("_bucket"), I.TOOL_DURATION.series("_bucket"))
         if name in expr
     }
     provisioning = yaml.safe_load((ROOT / "config/grafana/provisioning/datasources/run-otel.yml").read_text())
@@ -139,8 +145,14 @@ def test_latency_panels_show_exemplars_that_open_the_trace_by_the_label_run_otel
 
 
 def _points(reader, name: str) -> list:
-    return [p for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics for m in sm.metrics
-            if m.name == name for p in m.data.data_points]
+    return [
+        p
+        for rm in reader.get_metrics_data().resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+        if m.name == name
+        for p in m.data.data_points
+    ]
 
 
 def test_export_delays_of_hours_and_days_fall_in_finite_buckets_of_their_own():
@@ -170,8 +182,17 @@ def test_tool_duration_is_labelled_by_retrieval_layer():
     run_id = "run-550e8400-e29b-41d4-a716-446655440000"
     run = RunRow(**{**{f: None for f in RunRow._fields}, "id": 1, "run_id": run_id, "status": "SUCCESS", "intent": "DIAGNOSIS"})
     tools = [
-        ToolRow(**{**{f: None for f in ToolRow._fields}, "id": i, "run_id": run_id, "tool_name": "search_runbook",
-                   "success": True, "duration_ms": 20, "retrieval_layer": layer})
+        ToolRow(
+            **{
+                **{f: None for f in ToolRow._fields},
+                "id": i,
+                "run_id": run_id,
+                "tool_name": "search_runbook",
+                "success": True,
+                "duration_ms": 20,
+                "retrieval_layer": layer,
+            }
+        )
         for i, layer in enumerate(("L0", "L1", None), 1)
     ]
     reader = InMemoryMetricReader()
@@ -196,7 +217,13 @@ def test_rag_dashboard_shows_retrieval_over_time_and_links_to_runs_and_traces():
     assert "/d/run-otel-runs" in links and any("traceql" in url and "%24%7B__from%7D" not in url for url in links)
 
 
-DOCS = ["README.md", "CONTRIBUTING.md", "CHANGELOG.md", "bench/README.md", *sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md"))]
+DOCS = [
+    "README.md",
+    "CONTRIBUTING.md",
+    "CHANGELOG.md",
+    "bench/README.md",
+    *sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md")),
+]
 
 
 def _prose(path: Path) -> list[str]:
@@ -248,5 +275,7 @@ def test_the_anchor_rule_is_githubs():
 
     with tempfile.TemporaryDirectory() as tmp:
         page = Path(tmp) / "page.md"
-        page.write_text("# Run it: the `demo`\n```sh\n# not a heading\n```\n## Tests\n## Tests\n### A RAG lookup is a `retrieval` span\n")
+        page.write_text(
+            "# Run it: the `demo`\n```sh\n# not a heading\n```\n## Tests\n## Tests\n### A RAG lookup is a `retrieval` span\n"
+        )
         assert _anchors(page) == {"run-it-the-demo", "tests", "tests-1", "a-rag-lookup-is-a-retrieval-span"}

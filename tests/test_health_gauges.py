@@ -60,7 +60,9 @@ def test_a_restart_whose_polls_fail_shows_the_checkpoints_pending_runs(tmp_path)
     insert_workload(engine, workload, create=True)
     with engine.begin() as conn:
         conn.execute(text("UPDATE diagnosis_run SET status = 'RUNNING' WHERE id > (SELECT MAX(id) - 3 FROM diagnosis_run)"))
-        waiting = conn.execute(text("SELECT COUNT(*) FROM diagnosis_run WHERE status IS NULL OR status IN ('PENDING', 'RUNNING')")).scalar()
+        waiting = conn.execute(
+            text("SELECT COUNT(*) FROM diagnosis_run WHERE status IS NULL OR status IN ('PENDING', 'RUNNING')")
+        ).scalar()
     assert waiting >= 3
 
     first = build_metrics(config)
@@ -70,7 +72,11 @@ def test_a_restart_whose_polls_fail_shows_the_checkpoints_pending_runs(tmp_path)
 
     # One pending run finishes while the restarted bridge's endpoint is wrong: its polls fail.
     with engine.begin() as conn:
-        conn.execute(text("UPDATE diagnosis_run SET status = 'SUCCESS' WHERE id = (SELECT MAX(id) FROM diagnosis_run WHERE status = 'RUNNING')"))
+        conn.execute(
+            text(
+                "UPDATE diagnosis_run SET status = 'SUCCESS' WHERE id = (SELECT MAX(id) FROM diagnosis_run WHERE status = 'RUNNING')"
+            )
+        )
     restarted = build_metrics(config)
     with pytest.raises(Exception):  # noqa: B017 - whichever export error, the poll must fail
         build_poller(build_parts(config, recorder=restarted)).poll()
@@ -85,17 +91,25 @@ def test_a_bridge_that_never_succeeded_shows_a_value_on_every_health_panel(agent
     insert_workload(agent_db.engine(), generate(13, 40, anchor=utc_now_naive()))
     runs = int(table_rows(agent_db, "SELECT COUNT(*) AS n FROM diagnosis_run")[0]["n"])
     sections = bridge_sections(
-        agent_db, tmp_path, f"127.0.0.1:{free_port()}",  # nothing listens there
+        agent_db,
+        tmp_path,
+        f"127.0.0.1:{free_port()}",  # nothing listens there
         metrics={"enabled": True, "port": port},
         export={"timeout_seconds": 1, "max_attempts": 1},
         poll={"retry_initial_seconds": 0.5, "retry_max_seconds": 1},
     )
     daemon = start_daemon(write_config(tmp_path / "run-otel.toml", sections))
-    prometheus = Prometheus(tmp_path, f"127.0.0.1:{port}", ROOT / "config/prometheus/alerts.yml", ROOT / "config/prometheus/prometheus.yml")
+    prometheus = Prometheus(
+        tmp_path, f"127.0.0.1:{port}", ROOT / "config/prometheus/alerts.yml", ROOT / "config/prometheus/prometheus.yml"
+    )
     try:
         wait_for(lambda: http_status(f"http://127.0.0.1:{port}/healthz") == 200, 30, "run-otel alive")
         prometheus.start()
-        wait_for(lambda: prometheus.query(f'{I.POLL_DURATION.series("_count")}{{outcome="error"}} >= 2'), 60, "two failed polls scraped")
+        wait_for(
+            lambda: prometheus.query(f'{I.POLL_DURATION.series("_count")}{{outcome="error"}} >= 2'),
+            60,
+            "two failed polls scraped",
+        )
         time.sleep(3)  # a few scrapes after them, so rate() has two points
         assert http_status(f"http://127.0.0.1:{port}/readyz") == 503
         assert not prometheus.query(I.LAST_SUCCESS.prometheus), "a poll succeeded: the test means nothing"

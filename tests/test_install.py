@@ -43,16 +43,24 @@ def test_the_readme_first_command_works_on_a_fresh_copy(tmp_path):
     # The newcomer's own shell: their PATH and python3, none of this test run's virtualenv.
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH") and not k.startswith("RUN_OTEL_")}
     env["HOME"] = str(tmp_path)
-    done = subprocess.run(["bash", "-c", readme_demo_command()], cwd=checkout, capture_output=True, text=True, timeout=600, env=env)
+    done = subprocess.run(
+        ["bash", "-c", readme_demo_command()], cwd=checkout, capture_output=True, text=True, timeout=600, env=env
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     out = checkout / "run-otel-demo.otlp.jsonl"
     assert f"OTLP-JSON written to {out.name}" in done.stdout
-    spans = [s for line in out.read_text().splitlines() for rs in parse_otlp_json(line).resource_spans
-             for ss in rs.scope_spans for s in ss.spans]
+    spans = [
+        s
+        for line in out.read_text().splitlines()
+        for rs in parse_otlp_json(line).resource_spans
+        for ss in rs.scope_spans
+        for s in ss.spans
+    ]
     with sqlite3.connect(checkout / "run-otel-demo.db") as conn:
         runs = dict(conn.execute("SELECT run_id, status FROM diagnosis_run WHERE status <> 'RUNNING'").fetchall())
-        tools = conn.execute("SELECT t.run_id, t.id FROM tool_invocation t JOIN diagnosis_run r ON r.run_id = t.run_id "
-                             "WHERE r.status <> 'RUNNING'").fetchall()
+        tools = conn.execute(
+            "SELECT t.run_id, t.id FROM tool_invocation t JOIN diagnosis_run r ON r.run_id = t.run_id WHERE r.status <> 'RUNNING'"
+        ).fetchall()
     roots = {s.trace_id.hex(): s for s in spans if not s.parent_span_id}
     assert set(roots) == {run_id[4:].replace("-", "") for run_id in runs}
     for run_id, status in runs.items():
@@ -68,7 +76,9 @@ def test_the_wheel_holds_every_subpackage_the_data_files_and_the_type_marker(tmp
     checkout = fresh_copy(tmp_path / "run-otel")
     built = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "dist"), str(checkout)],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert built.returncode == 0, built.stderr[-2000:]
     (wheel,) = (tmp_path / "dist").glob("run_otel-*.whl")
@@ -77,6 +87,8 @@ def test_the_wheel_holds_every_subpackage_the_data_files_and_the_type_marker(tmp
     subpackages = {p.parent.relative_to(package.parent).as_posix() for p in package.rglob("__init__.py")}
     assert len(subpackages) >= 9  # the package and its stages: the check below is over all of them
     expected = {f"{p}/__init__.py" for p in subpackages} | {
-        "run_otel/py.typed", "run_otel/example.toml", "run_otel/source/schema/mysql.sql"
+        "run_otel/py.typed",
+        "run_otel/example.toml",
+        "run_otel/source/schema/mysql.sql",
     }
     assert expected <= names, sorted(expected - names)

@@ -19,7 +19,17 @@ ENCODER = FastEncoder({"service.name": "diagnosis-agent"})
 
 
 def span(*attributes, status_message: str = "") -> SpanData:
-    return SpanData(b"\x01" * 16, b"\x02" * 8, b"\x03" * 8, "execute_tool lookup", 1, 2, tuple(attributes), 2 if status_message else 0, status_message)
+    return SpanData(
+        b"\x01" * 16,
+        b"\x02" * 8,
+        b"\x03" * 8,
+        "execute_tool lookup",
+        1,
+        2,
+        tuple(attributes),
+        2 if status_message else 0,
+        status_message,
+    )
 
 
 def decoded(encoded: bytes) -> Span:
@@ -33,7 +43,12 @@ def test_a_span_within_the_caps_is_left_as_it_is():
 
 def test_every_value_list_and_document_list_is_capped_and_the_cut_recorded():
     documents = [(f"retrieval.documents.{n}.document.{field}", f"{field}{n}") for n in range(5) for field in ("id", "content")]
-    wide = span(("short", "ok"), ("long", "長" * 50), (A.RAG_EVIDENCE_PATHS, tuple(f"$.refs[{i}]" + "x" * 40 for i in range(9))), *documents)
+    wide = span(
+        ("short", "ok"),
+        ("long", "長" * 50),
+        (A.RAG_EVIDENCE_PATHS, tuple(f"$.refs[{i}]" + "x" * 40 for i in range(9))),
+        *documents,
+    )
     capped = AttributeLimits(value_length=20, list_length=3).apply(wide)
     attrs = capped.attribute_map()
     assert attrs["short"] == "ok"

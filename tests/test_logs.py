@@ -15,11 +15,13 @@ from run_otel.telemetry.logs import configure_logging
 
 
 def _config(**log):
-    return build_config({
-        "source": {"url": "mysql+pymysql://reader:pw-in-url-77@db/agent"},
-        "export": {"headers": {"x-api-token": "hdr-secret-91"}},
-        "log": {"format": "json", **log},
-    })
+    return build_config(
+        {
+            "source": {"url": "mysql+pymysql://reader:pw-in-url-77@db/agent"},
+            "export": {"headers": {"x-api-token": "hdr-secret-91"}},
+            "log": {"format": "json", **log},
+        }
+    )
 
 
 def test_json_lines_are_objects_with_a_utc_time(restore_logging):
@@ -61,14 +63,17 @@ def test_secrets_never_reach_a_log_line(restore_logging):
 
 def test_the_daemon_logs_json_and_no_scheduler_chatter(tmp_path):
     """A real daemon, polling an empty demo database every 0.2 s for a few seconds."""
-    config = write_config(tmp_path / "c.toml", {
-        "source": {"url": f"sqlite:///{tmp_path / 'agent.db'}"},
-        "state": {"url": f"sqlite:///{tmp_path / 'state.db'}"},
-        "poll": {"interval_seconds": 0.2, "start_from": "beginning"},
-        "export": {"endpoint": f"127.0.0.1:{free_port()}"},
-        "metrics": {"enabled": False},
-        "log": {"format": "json"},
-    })
+    config = write_config(
+        tmp_path / "c.toml",
+        {
+            "source": {"url": f"sqlite:///{tmp_path / 'agent.db'}"},
+            "state": {"url": f"sqlite:///{tmp_path / 'state.db'}"},
+            "poll": {"interval_seconds": 0.2, "start_from": "beginning"},
+            "export": {"endpoint": f"127.0.0.1:{free_port()}"},
+            "metrics": {"enabled": False},
+            "log": {"format": "json"},
+        },
+    )
     from run_otel.ops.demo import generate, seed_demo_database
 
     seed_demo_database(tmp_path / "agent.db", generate(1, 0, datetime(2026, 1, 1)))

@@ -307,20 +307,44 @@ def test_function_tool_type_without_retrieval_layer():
 
 def test_null_columns_are_omitted():
     run = make_run(
-        session_id=None, status="SUCCESS", agent_flow=None, intent=None, release_outcome=None, feedback=None,
-        total_duration_ms=None, total_token_count=None, step_count=None, tool_call_count=None,
+        session_id=None,
+        status="SUCCESS",
+        agent_flow=None,
+        intent=None,
+        release_outcome=None,
+        feedback=None,
+        total_duration_ms=None,
+        total_token_count=None,
+        step_count=None,
+        tool_call_count=None,
     )
     tool = make_tool(
-        1, step_id=None, output_length=None, retrieval_layer=None, l0_match_count=None, l1_match_count=None,
-        is_truncated=None, relevance_level=None, dedup_reason=None, retrieval_details=None, duration_ms=None,
+        1,
+        step_id=None,
+        output_length=None,
+        retrieval_layer=None,
+        l0_match_count=None,
+        l1_match_count=None,
+        is_truncated=None,
+        relevance_level=None,
+        dedup_reason=None,
+        retrieval_details=None,
+        duration_ms=None,
         success=None,
     )
     mapped = mapper().map_run(run, [tool])
     assert set(mapped.root.attribute_map()) == {
-        "gen_ai.operation.name", "gen_ai.agent.name", "diagnosis.run.id", "diagnosis.run.status",
+        "gen_ai.operation.name",
+        "gen_ai.agent.name",
+        "diagnosis.run.id",
+        "diagnosis.run.status",
     }
     assert set(mapped.spans[1].attribute_map()) == {
-        "gen_ai.operation.name", "gen_ai.tool.name", "gen_ai.tool.call.id", "gen_ai.tool.type", "diagnosis.run.id",
+        "gen_ai.operation.name",
+        "gen_ai.tool.name",
+        "gen_ai.tool.call.id",
+        "gen_ai.tool.type",
+        "diagnosis.run.id",
     }
     assert mapped.warnings == []
 
@@ -349,8 +373,12 @@ PROFILES = (["gen_ai"], ["gen_ai", "openinference"])
 def test_capture_off_exports_no_content_under_any_profile(conventions):
     run = make_run(query="MARK-query", answer="MARK-answer", published_result='{"MARK":"pub"}')
     tools = [
-        make_tool(1, input_params='{"q":"MARK-args"}', output_preview="MARK-out",
-                  retrieval_details='{"evidence_refs":[{"raw_path":"$.a","text":"MARK-evidence"}]}'),
+        make_tool(
+            1,
+            input_params='{"q":"MARK-args"}',
+            output_preview="MARK-out",
+            retrieval_details='{"evidence_refs":[{"raw_path":"$.a","text":"MARK-evidence"}]}',
+        ),
         make_tool(2, success=False, error_message="failed", input_params="MARK-args2"),
     ]
     mapped = mapper(trace={"conventions": conventions}).map_run(run, tools)
@@ -362,8 +390,14 @@ def test_capture_off_exports_no_content_under_any_profile(conventions):
 @pytest.mark.parametrize("conventions", PROFILES)
 def test_content_goes_only_to_the_attributes_the_policy_names(conventions):
     run = make_run(query="MARK-query", answer="MARK-answer", published_result='{"MARK":"pub"}')
-    tools = [make_tool(1, input_params='{"q":"MARK-args"}', output_preview="MARK-out",
-                       retrieval_details='{"evidence_refs":[{"raw_path":"$.a","text":"MARK-evidence"}]}')]
+    tools = [
+        make_tool(
+            1,
+            input_params='{"q":"MARK-args"}',
+            output_preview="MARK-out",
+            retrieval_details='{"evidence_refs":[{"raw_path":"$.a","text":"MARK-evidence"}]}',
+        )
+    ]
     mapped = mapper(trace={"conventions": conventions}, content={"capture": True}).map_run(run, tools)
     carriers = set()
     for span in mapped.spans:
@@ -429,7 +463,10 @@ def test_a_rag_lookup_is_a_retriever_with_its_evidence_as_documents():
         "retrieval.documents.1.document.metadata": documents["retrieval.documents.1.document.metadata"],
     }
     assert json.loads(documents["retrieval.documents.1.document.metadata"]) == {
-        "retrieval_layer": "L0", "relevance_level": "PRECISE", "l0_match_count": 3, "l1_match_count": 2
+        "retrieval_layer": "L0",
+        "relevance_level": "PRECISE",
+        "l0_match_count": 3,
+        "l1_match_count": 2,
     }
     assert "input.value" not in off  # the query is content
     assert on["retrieval.documents.0.document.content"] == "disk full on db-1"
@@ -439,13 +476,19 @@ def test_a_rag_lookup_is_a_retriever_with_its_evidence_as_documents():
 
 @pytest.mark.parametrize(("level", "score"), [("PRECISE", 1.0), ("HIGHLY_RELEVANT", 0.75), ("REFERENCE", 0.5), ("DEDUPED", 0.25)])
 def test_a_document_with_its_own_id_keeps_it_across_runs_and_scores_by_relevance(level, score):
-    details = json.dumps({"evidence_refs": [
-        {"raw_path": "$.docs[2]", "doc_id": "kb-4711", "text": "t"},
-        {"raw_path": "$.docs[0]", "document_id": 42},
-        {"raw_path": "$.docs[1]", "doc_id": ""},
-    ]})
+    details = json.dumps(
+        {
+            "evidence_refs": [
+                {"raw_path": "$.docs[2]", "doc_id": "kb-4711", "text": "t"},
+                {"raw_path": "$.docs[0]", "document_id": 42},
+                {"raw_path": "$.docs[1]", "doc_id": ""},
+            ]
+        }
+    )
     spans = [
-        mapper(trace=OPENINFERENCE).map_run(make_run(run_id=run_id), [make_tool(1, retrieval_details=details, relevance_level=level)]).spans[1]
+        mapper(trace=OPENINFERENCE)
+        .map_run(make_run(run_id=run_id), [make_tool(1, retrieval_details=details, relevance_level=level)])
+        .spans[1]
         for run_id in ("run-a", "run-b")
     ]
     first, second = (span.attribute_map() for span in spans)
@@ -475,10 +518,15 @@ def test_openinference_keys_are_the_conventions_own():
     assert A.OPENINFERENCE_SPAN_KIND == SpanAttributes.OPENINFERENCE_SPAN_KIND
     assert A.OI_RETRIEVAL_DOCUMENTS == SpanAttributes.RETRIEVAL_DOCUMENTS
     assert (A.OI_DOCUMENT_ID, A.OI_DOCUMENT_CONTENT, A.OI_DOCUMENT_METADATA) == (
-        DocumentAttributes.DOCUMENT_ID, DocumentAttributes.DOCUMENT_CONTENT, DocumentAttributes.DOCUMENT_METADATA
+        DocumentAttributes.DOCUMENT_ID,
+        DocumentAttributes.DOCUMENT_CONTENT,
+        DocumentAttributes.DOCUMENT_METADATA,
     )
     assert (A.OI_INPUT_VALUE, A.OI_INPUT_MIME_TYPE, A.OI_OUTPUT_VALUE, A.OI_OUTPUT_MIME_TYPE) == (
-        SpanAttributes.INPUT_VALUE, SpanAttributes.INPUT_MIME_TYPE, SpanAttributes.OUTPUT_VALUE, SpanAttributes.OUTPUT_MIME_TYPE
+        SpanAttributes.INPUT_VALUE,
+        SpanAttributes.INPUT_MIME_TYPE,
+        SpanAttributes.OUTPUT_VALUE,
+        SpanAttributes.OUTPUT_MIME_TYPE,
     )
     assert A.OI_KIND_RETRIEVER == OpenInferenceSpanKindValues.RETRIEVER.value
     assert A.OI_PROJECT_NAME == ResourceAttributes.PROJECT_NAME

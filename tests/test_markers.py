@@ -29,11 +29,27 @@ def test_every_test_using_a_server_fixture_is_marked():
     # test_bridge_mariadb's tests all take a MariaDB fixture and carry no mark of their own.
     source = (Path(__file__).parent / "test_bridge_mariadb.py").read_text()
     assert "pytest.mark.server" not in source and "agent_db" in source  # the precondition
+
     def collected(marks: str) -> int:
-        done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-m", marks,
-                               str(Path(__file__).parent / "test_bridge_mariadb.py")], capture_output=True, text=True)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "--collect-only",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "-m",
+                marks,
+                str(Path(__file__).parent / "test_bridge_mariadb.py"),
+            ],
+            capture_output=True,
+            text=True,
+        )
         found = re.search(r"(\d+)(?:/\d+)? tests? collected", done.stdout)
         return int(found.group(1)) if found else 0
+
     assert collected("server") > 5
     assert collected("not server") == 0
     assert SERVER_FIXTURES >= {"agent_db", "mariadb"}

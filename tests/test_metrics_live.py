@@ -61,7 +61,9 @@ def test_prometheus_reads_what_was_seeded(agent_db, otlp, tmp_path):
         agent_db, tmp_path, otlp.endpoint("grpc"), metrics={"enabled": True, "port": port}, feedback={"interval_seconds": 1}
     )
     daemon = start_daemon(write_config(tmp_path / "run-otel.toml", sections))
-    prometheus = Prometheus(tmp_path, f"127.0.0.1:{port}", ROOT / "config/prometheus/alerts.yml", ROOT / "config/prometheus/prometheus.yml")
+    prometheus = Prometheus(
+        tmp_path, f"127.0.0.1:{port}", ROOT / "config/prometheus/alerts.yml", ROOT / "config/prometheus/prometheus.yml"
+    )
     try:
         wait_for(lambda: http_status(f"http://127.0.0.1:{port}/readyz") == 200, 30, "run-otel ready")
         prometheus.start()
@@ -122,7 +124,9 @@ def test_readyz_follows_the_database(tmp_path, otlp):
         db = SimpleNamespace(url=server.create_database("agent"))
         port = free_port()
         sections = bridge_sections(
-            db, tmp_path, otlp.endpoint("grpc"),
+            db,
+            tmp_path,
+            otlp.endpoint("grpc"),
             metrics={"enabled": True, "port": port},
             poll={"interval_seconds": 1, "retry_initial_seconds": 0.5, "retry_max_seconds": 1},
         )
@@ -154,10 +158,7 @@ class _CrashingStore(CheckpointStore):
 
 def _counted(registry: CollectorRegistry) -> float:
     return sum(
-        sample.value
-        for family in registry.collect()
-        for sample in family.samples
-        if sample.name == "diagnosis_runs_total"
+        sample.value for family in registry.collect() for sample in family.samples if sample.name == "diagnosis_runs_total"
     )
 
 
@@ -211,14 +212,19 @@ def test_exemplars_in_prometheus_open_the_run_and_the_tool_behind_each_bucket(ag
     sections = bridge_sections(agent_db, tmp_path, otlp.endpoint("grpc"), metrics={"enabled": True, "port": port})
     daemon = start_daemon(write_config(tmp_path / "run-otel.toml", sections))
     prometheus = Prometheus(
-        tmp_path, f"127.0.0.1:{port}", ROOT / "config/prometheus/alerts.yml", ROOT / "config/prometheus/prometheus.yml",
+        tmp_path,
+        f"127.0.0.1:{port}",
+        ROOT / "config/prometheus/alerts.yml",
+        ROOT / "config/prometheus/prometheus.yml",
         ("--enable-feature=exemplar-storage",),
     )
     since = time.time() - 5
     try:
         wait_for(lambda: http_status(f"http://127.0.0.1:{port}/readyz") == 200, 30, "run-otel ready")
         # The scraper that asks for OpenMetrics gets exemplars; the text format carries none.
-        openmetrics = requests.get(f"http://127.0.0.1:{port}/metrics", headers={"Accept": "application/openmetrics-text"}, timeout=5)
+        openmetrics = requests.get(
+            f"http://127.0.0.1:{port}/metrics", headers={"Accept": "application/openmetrics-text"}, timeout=5
+        )
         assert openmetrics.headers["Content-Type"].startswith("application/openmetrics-text")
         prometheus.start()
         workload = generate(12, 120, anchor=utc_now_naive())
@@ -242,7 +248,10 @@ def test_exemplars_in_prometheus_open_the_run_and_the_tool_behind_each_bucket(ag
             assert (series["status"], series["intent"]) == (run["status"], run["intent"])
             assert float(exemplar["value"]) <= float(series["le"])
 
-        tools = {(t["run_id"], spec_tool_span_id(t["run_id"], t["id"])): t for t in table_rows(agent_db, "SELECT * FROM tool_invocation")}
+        tools = {
+            (t["run_id"], spec_tool_span_id(t["run_id"], t["id"])): t
+            for t in table_rows(agent_db, "SELECT * FROM tool_invocation")
+        }
         tool_points = exemplar_points(prometheus, "diagnosis_tool_duration_seconds_bucket", since)
         for series, exemplar in tool_points:
             run = by_trace[exemplar["labels"]["trace_id"]]
@@ -269,16 +278,34 @@ def test_the_sdk_keeps_the_span_of_each_measurement_as_an_otlp_exemplar():
     from run_otel.source.rows import RunRow, ToolRow
 
     run_id = "run-550e8400-e29b-41d4-a716-446655440000"
-    run = RunRow(**{**{f: None for f in RunRow._fields}, "id": 1, "run_id": run_id, "status": "FAILED", "intent": "DIAGNOSIS",
-                    "total_duration_ms": 4200})
-    tool = ToolRow(**{**{f: None for f in ToolRow._fields}, "id": 7, "run_id": run_id, "tool_name": "query_logs",
-                      "success": False, "duration_ms": 120})
+    run = RunRow(
+        **{
+            **{f: None for f in RunRow._fields},
+            "id": 1,
+            "run_id": run_id,
+            "status": "FAILED",
+            "intent": "DIAGNOSIS",
+            "total_duration_ms": 4200,
+        }
+    )
+    tool = ToolRow(
+        **{
+            **{f: None for f in ToolRow._fields},
+            "id": 7,
+            "run_id": run_id,
+            "tool_name": "query_logs",
+            "success": False,
+            "duration_ms": 120,
+        }
+    )
     reader = InMemoryMetricReader()
     metrics = BridgeMetrics(build_config({}), [reader])
     metrics.runs_exported(PollResult(runs=[ExportedRun(run, [tool], False, 2)]), time.time())
     points = {
         m.name: m.data.data_points
-        for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics for m in sm.metrics
+        for rm in reader.get_metrics_data().resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
     }
     (duration,) = points["diagnosis.run.duration"]
     (exemplar,) = [e for e in duration.exemplars]

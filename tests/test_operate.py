@@ -120,8 +120,14 @@ def test_the_backlog_gauge_counts_every_waiting_run_during_an_outage(agent_db, t
     add_runs(agent_db, ["UTC_TIMESTAMP() - INTERVAL 10 MINUTE"] * 2)
     receiver = Receiver()
     receiver.start()
-    sections = bridge_sections(agent_db, tmp_path, receiver.endpoint, poll={"start_from": "beginning"},
-                               metrics={"enabled": True, "port": free_port()}, export={"max_attempts": 1, "timeout_seconds": 2})
+    sections = bridge_sections(
+        agent_db,
+        tmp_path,
+        receiver.endpoint,
+        poll={"start_from": "beginning"},
+        metrics={"enabled": True, "port": free_port()},
+        export={"max_attempts": 1, "timeout_seconds": 2},
+    )
     config = build_config(sections)
     metrics = build_metrics(config)
     poller = build_poller(build_parts(config, recorder=metrics))
@@ -189,9 +195,15 @@ def test_a_backfill_stopped_by_sigterm_says_where_to_resume(agent_db, otlp, tmp_
            SELECT CONCAT('run-stop-', seq), 's', 'q', 'SUCCESS', UTC_TIMESTAMP() - INTERVAL 1 HOUR,
                   UTC_TIMESTAMP() - INTERVAL 1 HOUR FROM seq_1_to_60000"""
     )
-    config = write_config(tmp_path / "c.toml", bridge_sections(agent_db, tmp_path, otlp.endpoint("grpc"), poll={"batch_size": 200}))
-    process = subprocess.Popen([sys.executable, "-m", "run_otel", "backfill", "--from-id", "1", "--config", str(config)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    config = write_config(
+        tmp_path / "c.toml", bridge_sections(agent_db, tmp_path, otlp.endpoint("grpc"), poll={"batch_size": 200})
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "run_otel", "backfill", "--from-id", "1", "--config", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     wait_for(lambda: len(received_roots(otlp.receiver)) >= 1000, 60, "the backfill to be under way")
     process.send_signal(signal.SIGTERM)
     out, err = process.communicate(timeout=60)

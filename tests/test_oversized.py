@@ -80,7 +80,11 @@ def attrs(span) -> dict:
     out = {}
     for kv in span.attributes:
         value = kv.value
-        out[kv.key] = [v.string_value for v in value.array_value.values] if value.HasField("array_value") else getattr(value, value.WhichOneof("value"))
+        out[kv.key] = (
+            [v.string_value for v in value.array_value.values]
+            if value.HasField("array_value")
+            else getattr(value, value.WhichOneof("value"))
+        )
     return out
 
 
@@ -108,7 +112,9 @@ def test_a_run_larger_than_the_collector_takes_goes_out_in_pieces_and_the_runs_b
             "input_params": json.dumps({"query": long_text}, ensure_ascii=False),
             "output_preview": long_text,
             "retrieval_layer": "L1",
-            "retrieval_details": json.dumps({"evidence_refs": [{"raw_path": f"$.kb[{i}]", "text": long_text}]}, ensure_ascii=False),
+            "retrieval_details": json.dumps(
+                {"evidence_refs": [{"raw_path": f"$.kb[{i}]", "text": long_text}]}, ensure_ascii=False
+            ),
             "success": 1,
             "duration_ms": 20,
         }
@@ -143,7 +149,9 @@ def test_a_run_larger_than_the_collector_takes_goes_out_in_pieces_and_the_runs_b
 def test_evidence_of_200000_refs_is_capped_and_the_cap_recorded(stack, agent_db, tmp_path, in_database):
     collector, tempo, _jaeger = stack
     seed_normal(agent_db, 10, 33)
-    details = json.dumps({"evidence_status": "FOUND", "evidence_refs": [{"raw_path": f"$.kb.doc[{i}].para"} for i in range(200_000)]})
+    details = json.dumps(
+        {"evidence_status": "FOUND", "evidence_refs": [{"raw_path": f"$.kb.doc[{i}].para"} for i in range(200_000)]}
+    )
     big_run = add_run(agent_db, [{"retrieval_layer": "L0", "retrieval_details": details, "success": 1}] * 2)
     seed_normal(agent_db, 10, 34)
     sections = bridge_sections(
@@ -206,11 +214,16 @@ def test_a_receiver_with_a_smaller_limit_gets_split_then_cut_requests_and_only_t
     try:
         seed_normal(agent_db, 30, 36)
         cuttable = add_run(agent_db, [{"output_preview": "x" * 40_000, "success": 1}])
-        hopeless = add_run(agent_db, [{"error_message": ("upstream timed out after 30s; " * 2000)[:60_000], "success": 0}, {"success": 1}])
+        hopeless = add_run(
+            agent_db, [{"error_message": ("upstream timed out after 30s; " * 2000)[:60_000], "success": 0}, {"success": 1}]
+        )
         seed_normal(agent_db, 30, 37)
         sections = bridge_sections(
-            agent_db, tmp_path, receiver.endpoint,
-            content={"capture": True, "max_length": 65_535}, trace={"max_attribute_length": 65_535},
+            agent_db,
+            tmp_path,
+            receiver.endpoint,
+            content={"capture": True, "max_length": 65_535},
+            trace={"max_attribute_length": 65_535},
         )
         done = run_cli("once", "--config", str(write_config(tmp_path / "run-otel.toml", sections)))
         assert done.returncode == 3, done.stderr
@@ -269,7 +282,11 @@ def test_a_warning_in_an_accepting_reply_is_logged(agent_db, tmp_path):
     receiver.start()
     try:
         seed_normal(agent_db, 5, 39)
-        done = run_cli("once", "--config", str(write_config(tmp_path / "run-otel.toml", bridge_sections(agent_db, tmp_path, receiver.endpoint))))
+        done = run_cli(
+            "once",
+            "--config",
+            str(write_config(tmp_path / "run-otel.toml", bridge_sections(agent_db, tmp_path, receiver.endpoint))),
+        )
     finally:
         receiver.stop()
     assert done.returncode == 0, done.stderr
@@ -283,7 +300,9 @@ def test_the_test_receivers_keep_grpc_s_default_limit(stack):
 
     collector, tempo, _jaeger = stack
     request = trace_service_pb2.ExportTraceServiceRequest()
-    request.resource_spans.add().scope_spans.add().spans.add(name="x" * (GRPC_LIMIT + 1), trace_id=b"\x01" * 16, span_id=b"\x02" * 8)
+    request.resource_spans.add().scope_spans.add().spans.add(
+        name="x" * (GRPC_LIMIT + 1), trace_id=b"\x01" * 16, span_id=b"\x02" * 8
+    )
     for endpoint in (tempo.endpoint, f"127.0.0.1:{collector.grpc_port}"):
         with grpc.insecure_channel(endpoint) as channel:
             export = channel.unary_unary(

@@ -56,24 +56,29 @@ def documents_of(details: str | None) -> list[str]:
     return [ref["raw_path"] for ref in refs if ref.get("raw_path") != NO_EVIDENCE]
 
 
-def test_openinference_runs_render_as_agent_tool_and_retriever_with_documents_sessions_and_project(
-    agent_db, tmp_path, phoenix
-):
+def test_openinference_runs_render_as_agent_tool_and_retriever_with_documents_sessions_and_project(agent_db, tmp_path, phoenix):
     project = f"sre-diagnosis-{os.getpid()}"
     seed(agent_db, 20, seed_value=31, waiting=0)
     # This seed has neither a failed run nor a failed call: one of each, so both are compared.
     agent_db.execute("UPDATE diagnosis_run SET status = 'FAILED' WHERE status = 'SUCCESS' ORDER BY id LIMIT 1")
-    agent_db.execute("UPDATE tool_invocation SET success = 0, error_message = 'timed out for bob@example.com' ORDER BY id LIMIT 1")
+    agent_db.execute(
+        "UPDATE tool_invocation SET success = 0, error_message = 'timed out for bob@example.com' ORDER BY id LIMIT 1"
+    )
     runs, tools = expected_rows(agent_db)
     export_to_phoenix(
-        agent_db, tmp_path, phoenix, trace={"conventions": ["gen_ai", "openinference"], "project_name": project},
+        agent_db,
+        tmp_path,
+        phoenix,
+        trace={"conventions": ["gen_ai", "openinference"], "project_name": project},
         content={"capture": True},
     )
     spans = project_spans(phoenix, project, len(runs) + len(tools))
     assert len(spans) == len(runs) + len(tools)
     retrievers = [tool for tool in tools if tool["retrieval_layer"] is not None]
     assert Counter(span["span_kind"] for span in spans) == {
-        "AGENT": len(runs), "RETRIEVER": len(retrievers), "TOOL": len(tools) - len(retrievers)
+        "AGENT": len(runs),
+        "RETRIEVER": len(retrievers),
+        "TOOL": len(tools) - len(retrievers),
     }
 
     # Each retriever's documents, as Phoenix counts them and as their ids read.
@@ -101,7 +106,9 @@ def test_openinference_runs_render_as_agent_tool_and_retriever_with_documents_se
     assert all(code == ("OK" if outcome == "SUCCESS" else "ERROR") for outcome, code in shown), shown
     exceptions = 0
     for span in spans:
-        if span["status_code"] == "ERROR" and (span.get("parent_id") or status_of[span["attributes"]["diagnosis.run.id"]] == "FAILED"):
+        if span["status_code"] == "ERROR" and (
+            span.get("parent_id") or status_of[span["attributes"]["diagnosis.run.id"]] == "FAILED"
+        ):
             (event,) = span["events"]
             assert event["name"] == "exception" and event["attributes"]["exception.message"] == span["status_message"]
             exceptions += 1
@@ -115,9 +122,17 @@ def test_the_default_gen_ai_profile_alone_renders_as_agent_tool_and_retriever(ag
     runs, tools = expected_rows(agent_db)
     export_to_phoenix(agent_db, tmp_path, phoenix, service={"name": service})
     ours = wait_for(
-        lambda: len(found := [s for s in phoenix.rest("projects/default/spans", limit=1000)
-                              if s["attributes"].get("diagnosis.run.id") in {r["run_id"] for r in runs}])
-        >= len(runs) + len(tools) and found,
+        lambda: (
+            len(
+                found := [
+                    s
+                    for s in phoenix.rest("projects/default/spans", limit=1000)
+                    if s["attributes"].get("diagnosis.run.id") in {r["run_id"] for r in runs}
+                ]
+            )
+            >= len(runs) + len(tools)
+            and found
+        ),
         60,
         "the gen_ai-only spans in Phoenix's default project",
         0.5,
@@ -125,13 +140,19 @@ def test_the_default_gen_ai_profile_alone_renders_as_agent_tool_and_retriever(ag
     # Phoenix reads the conventions' retrieval operation as a RETRIEVER of its own accord.
     retrievers = sum(tool["retrieval_layer"] is not None for tool in tools)
     assert retrievers > 0
-    assert Counter(span["span_kind"] for span in ours) == {"AGENT": len(runs), "RETRIEVER": retrievers, "TOOL": len(tools) - retrievers}
+    assert Counter(span["span_kind"] for span in ours) == {
+        "AGENT": len(runs),
+        "RETRIEVER": retrievers,
+        "TOOL": len(tools) - retrievers,
+    }
     assert service not in {p["name"] for p in phoenix.rest("projects")}
 
 
 def phoenix_trace_latency_ms(phoenix: Phoenix, project: str, trace_id: str) -> float:
     (project_id,) = [p["id"] for p in phoenix.rest("projects") if p["name"] == project]
-    node = phoenix.graphql(f'{{ node(id: "{project_id}") {{ ... on Project {{ trace(traceId: "{trace_id}") {{ latencyMs }} }} }} }}')
+    node = phoenix.graphql(
+        f'{{ node(id: "{project_id}") {{ ... on Project {{ trace(traceId: "{trace_id}") {{ latencyMs }} }} }} }}'
+    )
     return node["node"]["trace"]["latencyMs"]
 
 
@@ -165,8 +186,13 @@ def test_a_rating_after_export_is_a_human_annotation_on_the_root_and_leaves_the_
     assert (annotation["result"]["label"], annotation["result"]["score"]) == ("DOWN", 0.0)
     assert annotation["metadata"]["run_id"] == run_id
     wait_for(
-        lambda: any(s["attributes"].get("gen_ai.evaluation.score.label") == "DOWN" for s in phoenix.rest(f"projects/{project}/spans", limit=1000)),
-        30, "the rating's span in Phoenix", 0.5,
+        lambda: any(
+            s["attributes"].get("gen_ai.evaluation.score.label") == "DOWN"
+            for s in phoenix.rest(f"projects/{project}/spans", limit=1000)
+        ),
+        30,
+        "the rating's span in Phoenix",
+        0.5,
     )
     assert phoenix_trace_latency_ms(phoenix, project, trace_id) == pytest.approx(run_ms, abs=0.01)
 

@@ -34,20 +34,32 @@ def seed_markers(agent_db, runs: int = 5) -> dict[str, list[str]]:
         run_id = f"run-{uuid.uuid4()}"
         run_rows.append(
             dict(
-                run_id=run_id, session_id="sess-privacy", query=f"why is {mark['query']} slow?", status="SUCCESS",
-                intent="DIAGNOSIS", release_outcome="SUCCESS", answer=f"because {mark['answer']}",
-                published_result=json.dumps({"summary": mark["published_result"]}), total_duration_ms=900,
-                created_at=old, updated_at=old,
+                run_id=run_id,
+                session_id="sess-privacy",
+                query=f"why is {mark['query']} slow?",
+                status="SUCCESS",
+                intent="DIAGNOSIS",
+                release_outcome="SUCCESS",
+                answer=f"because {mark['answer']}",
+                published_result=json.dumps({"summary": mark["published_result"]}),
+                total_duration_ms=900,
+                created_at=old,
+                updated_at=old,
             )
         )
         tool_rows.append(
             dict(
-                session_id="sess-privacy", run_id=run_id, tool_name="query_logs",
-                input_params=json.dumps({"q": mark["input_params"]}), output_preview=f"found {mark['output_preview']}",
+                session_id="sess-privacy",
+                run_id=run_id,
+                tool_name="query_logs",
+                input_params=json.dumps({"q": mark["input_params"]}),
+                output_preview=f"found {mark['output_preview']}",
                 retrieval_details=json.dumps(
                     {"evidence_status": "supported", "evidence_refs": [{"raw_path": "$.logs[0]", "text": mark["evidence"]}]}
                 ),
-                duration_ms=120, success=n % 2 == 0, error_message=None if n % 2 == 0 else "boom for ops@example.com",
+                duration_ms=120,
+                success=n % 2 == 0,
+                error_message=None if n % 2 == 0 else "boom for ops@example.com",
                 created_at=old,
             )
         )
@@ -63,9 +75,7 @@ def all_markers(markers: dict[str, list[str]]) -> list[str]:
 
 def test_content_never_leaves_by_default(agent_db, otlp, tmp_path):
     markers = seed_markers(agent_db)
-    config = write_config(
-        tmp_path / "c.toml", bridge_sections(agent_db, tmp_path, otlp.endpoint("grpc"), log={"level": "DEBUG"})
-    )
+    config = write_config(tmp_path / "c.toml", bridge_sections(agent_db, tmp_path, otlp.endpoint("grpc"), log={"level": "DEBUG"}))
     done = run_cli("once", "--config", str(config))
     assert done.returncode == 0, done.stderr
     wait_for(lambda: len(otlp.receiver.spans()) >= 10, 30, "the spans")
@@ -90,22 +100,41 @@ def test_content_when_opted_in_is_truncated_and_redacted(agent_db, otlp, tmp_pat
     with agent_db.engine().begin() as conn:
         conn.execute(
             insert(diagnosis_run),
-            [dict(run_id="run-7d3f1c2a-1111-4222-8333-444455556666", session_id="s", query=secret_query, status="SUCCESS",
-                  answer="ok", created_at=old, updated_at=old)],
+            [
+                dict(
+                    run_id="run-7d3f1c2a-1111-4222-8333-444455556666",
+                    session_id="s",
+                    query=secret_query,
+                    status="SUCCESS",
+                    answer="ok",
+                    created_at=old,
+                    updated_at=old,
+                )
+            ],
         )
     config = write_config(
         tmp_path / "c.toml",
         bridge_sections(
-            agent_db, tmp_path, otlp.endpoint("grpc"),
+            agent_db,
+            tmp_path,
+            otlp.endpoint("grpc"),
             content={"capture": True, "max_length": 200, "redact": [r"TCK-\d+"]},
         ),
     )
     assert run_cli("once", "--config", str(config)).returncode == 0
     wait_for(lambda: otlp.receiver.spans(), 30, "the span")
-    (_r, _s, root), = otlp.receiver.spans()
+    ((_r, _s, root),) = otlp.receiver.spans()
     query = next(kv.value.string_value for kv in root.attributes if kv.key == "diagnosis.run.query")
     assert len(query) == 200
-    for leaked in ("li.lei@example.cn", "138-1234-5678", "13912345678", "415 555 0100", "eyJhbGciOiJIUzI1NiJ9", "sk-proj-abc", "TCK-99812"):
+    for leaked in (
+        "li.lei@example.cn",
+        "138-1234-5678",
+        "13912345678",
+        "415 555 0100",
+        "eyJhbGciOiJIUzI1NiJ9",
+        "sk-proj-abc",
+        "TCK-99812",
+    ):
         assert leaked not in query, leaked
     assert query.count("[REDACTED]") == 7
 
@@ -122,7 +151,10 @@ def _record_statements(statements: list[str]):
 def test_capture_off_never_selects_content_under_any_profile(agent_db, otlp, tmp_path, conventions):
     markers = seed_markers(agent_db, 4)
     config = bridge_config(
-        agent_db, tmp_path, otlp.endpoint("grpc"), trace={"conventions": conventions},
+        agent_db,
+        tmp_path,
+        otlp.endpoint("grpc"),
+        trace={"conventions": conventions},
         metrics={"enabled": True, "port": free_port()},
     )
     statements: list[str] = []
@@ -186,7 +218,11 @@ def test_a_bad_password_is_never_printed(agent_db, tmp_path, command):
     url = agent_db.server.url(agent_db.name, "root", "pw-WRONG-hunter2")
     config = write_config(
         tmp_path / "c.toml",
-        {"source": {"url": url}, "state": {"url": f"sqlite:///{tmp_path / 's.db'}"}, "export": {"endpoint": f"127.0.0.1:{free_port()}"}},
+        {
+            "source": {"url": url},
+            "state": {"url": f"sqlite:///{tmp_path / 's.db'}"},
+            "export": {"endpoint": f"127.0.0.1:{free_port()}"},
+        },
     )
     done = run_cli(command, "--config", str(config))
     assert done.returncode == 1
@@ -197,7 +233,10 @@ def test_a_bad_password_is_never_printed(agent_db, tmp_path, command):
 
 def test_an_unreachable_host_is_reported_without_the_password(tmp_path):
     url = f"mysql+pymysql://reader:pw-hunter3@127.0.0.1:{free_port()}/agent"
-    config = write_config(tmp_path / "c.toml", {"source": {"url": url, "connect_timeout_seconds": 2}, "state": {"url": f"sqlite:///{tmp_path / 's.db'}"}})
+    config = write_config(
+        tmp_path / "c.toml",
+        {"source": {"url": url, "connect_timeout_seconds": 2}, "state": {"url": f"sqlite:///{tmp_path / 's.db'}"}},
+    )
     done = run_cli("once", "--config", str(config))
     assert done.returncode == 1
     assert "pw-hunter3" not in done.stdout + done.stderr

@@ -130,7 +130,17 @@ def test_each_run_opens_in_jaeger_by_the_uuid_of_its_run_id_as_mapped(stack, age
             is_root = not span.get("references")
             failed = tags.get("diagnosis.run.status") == "FAILED" if is_root else tags.get("error.type") == "tool_error"
             assert tags.get("error", False) is (tags.get("otel.status_code") == "ERROR")
-            assert logs == ([{"event": "exception", "exception.type": tags["error.type"], "exception.message": tags["otel.status_description"]}] if failed else [])
+            assert logs == (
+                [
+                    {
+                        "event": "exception",
+                        "exception.type": tags["error.type"],
+                        "exception.message": tags["otel.status_description"],
+                    }
+                ]
+                if failed
+                else []
+            )
         outcomes[run["status"]] += 1
     assert failed_tools > 0  # error status was really compared, not only OK
     # OK, FALLBACK's error and FAILED's exception were really compared (the seed writes no CANCELLED).
@@ -249,7 +259,9 @@ def rate_later(agent_db, run_id: str, value: str, minutes: int) -> datetime:
     """Rates the run ``minutes`` after it was created, as a user does long after the daemon sent it."""
     agent_db.execute(
         "UPDATE diagnosis_run SET feedback = %s, updated_at = created_at + INTERVAL %s MINUTE WHERE run_id = %s",
-        value, minutes, run_id,
+        value,
+        minutes,
+        run_id,
     )
     (row,) = agent_db.execute("SELECT updated_at FROM diagnosis_run WHERE run_id = %s", run_id)
     return row[0]
@@ -279,7 +291,12 @@ def test_a_rating_given_after_export_joins_the_trace_in_jaeger_without_stretchin
     assert tags["diagnosis.feedback.rated_at"] == rated_at.strftime("%Y-%m-%dT%H:%M:%S.000Z")
     # The trace keeps the run's extent: the rating sits inside the root, not 24 minutes later.
     assert extent_us(after) == extent_us(before) == root["duration"]
-    assert root["startTime"] <= rating["startTime"] <= rating["startTime"] + rating["duration"] <= root["startTime"] + root["duration"]
+    assert (
+        root["startTime"]
+        <= rating["startTime"]
+        <= rating["startTime"] + rating["duration"]
+        <= root["startTime"] + root["duration"]
+    )
     assert warnings_of(after) == []
 
     # A changed rating: a second span, which names the value it replaced.
@@ -288,7 +305,9 @@ def test_a_rating_given_after_export_joins_the_trace_in_jaeger_without_stretchin
     changed = jaeger_trace(jaeger, trace_id, 3 + len(tools))
     ratings = {
         tag_map["gen_ai.evaluation.score.label"]: tag_map
-        for tag_map in ({t["key"]: t["value"] for t in s["tags"]} for s in changed["spans"] if s["operationName"].startswith("evaluation"))
+        for tag_map in (
+            {t["key"]: t["value"] for t in s["tags"]} for s in changed["spans"] if s["operationName"].startswith("evaluation")
+        )
     }
     assert ratings["UP"]["diagnosis.feedback.previous"] == "DOWN" and "diagnosis.feedback.previous" not in ratings["DOWN"]
     assert extent_us(changed) == root["duration"]

@@ -41,7 +41,7 @@ ORDINARY: list[str] = [
     "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08 digest mismatch",
     "pod agent-7d9f8c6b5-x2k4z OOMKilled (exit 137)",
     "upstream connect error or disconnect/reset before headers. reset reason: connection timeout",
-    "Traceback (most recent call last):\n  File \"/app/tools/metrics.py\", line 42, in query\n    raise TimeoutError",
+    'Traceback (most recent call last):\n  File "/app/tools/metrics.py", line 42, in query\n    raise TimeoutError',
     "ORA-12541: TNS:no listener",
     "curl: (7) Failed to connect to grafana.local port 3000 after 1 ms: Connection refused",
     "evidence $.no_evidence for query on index kb_v2",
@@ -64,8 +64,10 @@ def test_every_credential_is_redacted_and_ordinary_text_survives(redactor, capsy
     misses = [(text, secret) for text, secret in SECRETS if secret in redactor.redact(text)]
     over = [text for text in ORDINARY if redactor.redact(text) != text]
     with capsys.disabled():
-        print(f"\nredaction corpus: {len(SECRETS)} credentials, {len(misses)} missed; "
-              f"{len(ORDINARY)} ordinary messages, {len(over)} over-redacted")
+        print(
+            f"\nredaction corpus: {len(SECRETS)} credentials, {len(misses)} missed; "
+            f"{len(ORDINARY)} ordinary messages, {len(over)} over-redacted"
+        )
     assert not misses, misses
     assert not over, [(text, redactor.redact(text)) for text in over]
 

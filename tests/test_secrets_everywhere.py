@@ -29,12 +29,31 @@ def add_run(agent_db, error_message: str = "tool failed", query: str = "why?") -
     with agent_db.engine().begin() as conn:
         conn.execute(
             insert(diagnosis_run),
-            [dict(run_id=run_id, session_id="s", query=query, status="FAILED", intent="DIAGNOSIS", created_at=old, updated_at=old)],
+            [
+                dict(
+                    run_id=run_id,
+                    session_id="s",
+                    query=query,
+                    status="FAILED",
+                    intent="DIAGNOSIS",
+                    created_at=old,
+                    updated_at=old,
+                )
+            ],
         )
         conn.execute(
             insert(tool_invocation),
-            [dict(session_id="s", run_id=run_id, tool_name="query_logs", input_params=json.dumps({"q": query}),
-                  success=False, error_message=error_message, created_at=old)],
+            [
+                dict(
+                    session_id="s",
+                    run_id=run_id,
+                    tool_name="query_logs",
+                    input_params=json.dumps({"q": query}),
+                    success=False,
+                    error_message=error_message,
+                    created_at=old,
+                )
+            ],
         )
     return run_id
 
@@ -63,7 +82,9 @@ def refusing_grpc():
 def test_a_token_quoted_back_by_a_grpc_receiver_is_printed_nowhere(agent_db, refusing_grpc, tmp_path):
     metrics_port = free_port()
     sections = bridge_sections(
-        agent_db, tmp_path, refusing_grpc.endpoint,
+        agent_db,
+        tmp_path,
+        refusing_grpc.endpoint,
         source={"url": secret_user(agent_db)},
         export={"headers": {"authorization": HEADER}, "max_attempts": 1},
         metrics={"enabled": True, "port": metrics_port},
@@ -105,7 +126,10 @@ def test_a_token_quoted_back_by_an_http_receiver_is_printed_nowhere(agent_db, tm
     receiver.start()
     try:
         sections = bridge_sections(
-            agent_db, tmp_path, receiver.endpoint, protocol="http/protobuf",
+            agent_db,
+            tmp_path,
+            receiver.endpoint,
+            protocol="http/protobuf",
             export={"headers": {"Authorization": HEADER}, "max_attempts": 1},
         )
         config = write_config(tmp_path / "c.toml", sections)
@@ -126,7 +150,9 @@ def test_configured_secrets_in_a_row_are_masked_in_every_span_attribute(agent_db
     receiver.start()
     try:
         sections = bridge_sections(
-            agent_db, tmp_path, receiver.endpoint,
+            agent_db,
+            tmp_path,
+            receiver.endpoint,
             source={"url": secret_user(agent_db)},
             export={"headers": {"authorization": HEADER}},
             content={"capture": True},

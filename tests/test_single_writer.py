@@ -31,9 +31,10 @@ def state_url(agent_db, tmp_path, store: str) -> str:
 @pytest.mark.parametrize("store", ["sqlite", "mariadb"])
 def test_a_second_instance_is_refused_naming_the_first(agent_db, otlp, tmp_path, store):
     traces = add_runs(agent_db, 30)
-    config = write_config(tmp_path / "c.toml", bridge_sections(
-        agent_db, tmp_path, otlp.endpoint("grpc"), state={"url": state_url(agent_db, tmp_path, store)}
-    ))
+    config = write_config(
+        tmp_path / "c.toml",
+        bridge_sections(agent_db, tmp_path, otlp.endpoint("grpc"), state={"url": state_url(agent_db, tmp_path, store)}),
+    )
     first = DaemonProcess(config, tmp_path / "first.log")
     try:
         wait_for(lambda: received_roots(otlp.receiver) >= traces, 30, "the first instance exporting")
@@ -61,13 +62,18 @@ def test_a_second_instance_is_refused_naming_the_first(agent_db, otlp, tmp_path,
 
 def test_ha_standbys_wait_and_a_once_beside_the_active_one_is_refused(agent_db, otlp, tmp_path):
     traces = add_runs(agent_db, 10)
-    config = write_config(tmp_path / "c.toml", bridge_sections(
-        agent_db, tmp_path, otlp.endpoint("grpc"), ha={"enabled": True, "takeover_seconds": 3}
-    ))
+    config = write_config(
+        tmp_path / "c.toml",
+        bridge_sections(agent_db, tmp_path, otlp.endpoint("grpc"), ha={"enabled": True, "takeover_seconds": 3}),
+    )
     a = DaemonProcess(config, tmp_path / "a.log")
     b = DaemonProcess(config, tmp_path / "b.log")
     try:
-        wait_for(lambda: "acquired" in a.output() + b.output() and "standing by" in a.output() + b.output(), 30, "one active, one standby")
+        wait_for(
+            lambda: "acquired" in a.output() + b.output() and "standing by" in a.output() + b.output(),
+            30,
+            "one active, one standby",
+        )
         active, standby = (a, b) if "acquired" in a.output() else (b, a)
         wait_for(lambda: received_roots(otlp.receiver) >= traces, 30, "the active instance exporting")
         assert standby.alive() and "in use" not in standby.output()

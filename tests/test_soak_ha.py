@@ -98,7 +98,9 @@ class Load(threading.Thread):
 
 
 def test_soak_with_a_flapping_receiver(agent_db, otlp, tmp_path):
-    sections = bridge_sections(agent_db, tmp_path, otlp.endpoint("grpc"), poll={"interval_seconds": 1, "settle_seconds": 2, "retry_max_seconds": 4})
+    sections = bridge_sections(
+        agent_db, tmp_path, otlp.endpoint("grpc"), poll={"interval_seconds": 1, "settle_seconds": 2, "retry_max_seconds": 4}
+    )
     sections["poll"]["start_from"] = "beginning"
     daemon = DaemonProcess(write_config(tmp_path / "run-otel.toml", sections), tmp_path / "daemon.log")
     load = Load(agent_db, SOAK_SECONDS)
@@ -136,7 +138,9 @@ def test_two_instances_one_lease_and_a_takeover(agent_db, otlp, tmp_path):
 
     insert_workload(agent_db.engine(), generate(31, 4000, anchor=utc_now_naive()))
     sections = bridge_sections(
-        agent_db, tmp_path, otlp.endpoint("grpc"),
+        agent_db,
+        tmp_path,
+        otlp.endpoint("grpc"),
         poll={"interval_seconds": 0.5, "batch_size": 10},
         ha={"enabled": True, "takeover_seconds": 3, "lock_name": "run_otel_test"},
     )
@@ -144,7 +148,11 @@ def test_two_instances_one_lease_and_a_takeover(agent_db, otlp, tmp_path):
     a = DaemonProcess(path, tmp_path / "a.log")
     b = DaemonProcess(path, tmp_path / "b.log")
     try:
-        wait_for(lambda: "acquired" in a.output() + b.output() and "standing by" in a.output() + b.output(), 30, "one active, one standby")
+        wait_for(
+            lambda: "acquired" in a.output() + b.output() and "standing by" in a.output() + b.output(),
+            30,
+            "one active, one standby",
+        )
         active, standby = (a, b) if "acquired" in a.output() else (b, a)
         assert "acquired" not in standby.output()
         wait_for(lambda: len(received_roots(otlp.receiver)) > 200, 60, "the active instance exporting")

@@ -106,11 +106,16 @@ def test_a_restore_refilled_past_the_mark_is_caught_by_the_run_at_the_mark(agent
 def test_the_daemon_drops_readiness_and_sets_the_gauge(agent_db, otlp, tmp_path):
     add_finished_runs(agent_db, 8)
     port = free_port()
-    config = write_config(tmp_path / "c.toml", bridge_sections(
-        agent_db, tmp_path, otlp.endpoint("grpc"),
-        poll={"retry_initial_seconds": 0.5, "retry_max_seconds": 2},
-        metrics={"enabled": True, "port": port},
-    ))
+    config = write_config(
+        tmp_path / "c.toml",
+        bridge_sections(
+            agent_db,
+            tmp_path,
+            otlp.endpoint("grpc"),
+            poll={"retry_initial_seconds": 0.5, "retry_max_seconds": 2},
+            metrics={"enabled": True, "port": port},
+        ),
+    )
     daemon = DaemonProcess(config, tmp_path / "daemon.log")
     base = f"http://127.0.0.1:{port}"
     try:

@@ -80,7 +80,9 @@ def locked(agent_db):
 
 def test_a_poll_that_outlasts_the_interval_logs_no_scheduler_noise(agent_db, otlp, tmp_path, locked):
     config = config_file(
-        agent_db, tmp_path, otlp,
+        agent_db,
+        tmp_path,
+        otlp,
         source={"statement_timeout_seconds": 3},
         poll={"interval_seconds": 0.2, "retry_initial_seconds": 0.2, "retry_max_seconds": 0.5},
     )
@@ -98,14 +100,18 @@ def test_a_poll_that_outlasts_the_interval_logs_no_scheduler_noise(agent_db, otl
 
 
 def test_a_source_session_carries_the_statement_timeout(agent_db, otlp, tmp_path):
-    source = Source(build_config(bridge_sections(agent_db, tmp_path, otlp.endpoint("grpc"), source={"statement_timeout_seconds": 2.5})))
+    source = Source(
+        build_config(bridge_sections(agent_db, tmp_path, otlp.endpoint("grpc"), source={"statement_timeout_seconds": 2.5}))
+    )
     with source.engine.connect() as conn:
         assert conn.execute(text("SELECT @@SESSION.max_statement_time")).scalar() == 2.5
         assert conn.execute(text("SELECT @@SESSION.lock_wait_timeout")).scalar() == 2
 
 
 def test_a_long_statement_without_a_lock_is_cut_off(agent_db, otlp, tmp_path):
-    source = Source(build_config(bridge_sections(agent_db, tmp_path, otlp.endpoint("grpc"), source={"statement_timeout_seconds": 1})))
+    source = Source(
+        build_config(bridge_sections(agent_db, tmp_path, otlp.endpoint("grpc"), source={"statement_timeout_seconds": 1}))
+    )
     started = time.monotonic()
     with pytest.raises(SourceError, match=r"statement_timeout_seconds \(1s; max_statement_time\)"):
         # No lock taken, and shorter than the socket's read-timeout backstop: only the statement timeout ends it.

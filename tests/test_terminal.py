@@ -55,7 +55,9 @@ def test_demo_writes_otlp_json_that_parses_back_into_the_mapping(tmp_path):
     assert set(roots) == {run_id[4:].replace("-", "") for run_id, _ in terminal}
     terminal_ids = {run_id for run_id, _ in terminal}
     expected_children = {
-        hashlib.sha256(f"tool_invocation:{run_id}:{tool_id}".encode()).digest()[:8]: f"{'retrieval' if layer else 'execute_tool'} {name}"
+        hashlib.sha256(f"tool_invocation:{run_id}:{tool_id}".encode()).digest()[
+            :8
+        ]: f"{'retrieval' if layer else 'execute_tool'} {name}"
         for run_id, tool_id, name, layer in tools
         if run_id in terminal_ids
     }
@@ -79,10 +81,15 @@ def test_demo_workload_is_realistic(tmp_path):
     assert 0.75 < share["SUCCESS"] / len(runs) < 0.93
     assert {intent for _, intent, _ in runs} == {"SYSTEM_CHAT", "KNOWLEDGE_QUERY", "DIAGNOSIS"}
     assert len({session for _, _, session in runs}) > 3
-    per_run = db_rows(db, "SELECT COUNT(t.id) FROM diagnosis_run r LEFT JOIN tool_invocation t ON t.run_id = r.run_id GROUP BY r.id")
+    per_run = db_rows(
+        db, "SELECT COUNT(t.id) FROM diagnosis_run r LEFT JOIN tool_invocation t ON t.run_id = r.run_id GROUP BY r.id"
+    )
     counts = [n for (n,) in per_run]
     assert min(counts) == 0 and max(counts) <= 12
-    tools = db_rows(db, "SELECT retrieval_layer, relevance_level, dedup_reason, retrieval_details, success, error_message FROM tool_invocation")
+    tools = db_rows(
+        db,
+        "SELECT retrieval_layer, relevance_level, dedup_reason, retrieval_details, success, error_message FROM tool_invocation",
+    )
     assert {t[0] for t in tools} == {None, "L0", "L1", "L0+L1"}
     assert {t[1] for t in tools} >= {"PRECISE", "HIGHLY_RELEVANT", "REFERENCE", "DEDUPED"}
     assert {t[2] for t in tools} >= {"doc_retrieved", "domain_retrieved"}
@@ -108,9 +115,12 @@ def test_demo_delivers_to_the_otlp_endpoint(tmp_path, otlp):
     done = run_cli("demo", "--db", str(db), "--anchor", ANCHOR, env={"OTEL_EXPORTER_OTLP_ENDPOINT": otlp.endpoint("grpc")})
     assert done.returncode == 0, done.stderr
     terminal = {r[0][4:].replace("-", "") for r in db_rows(db, "SELECT run_id FROM diagnosis_run WHERE status <> 'RUNNING'")}
-    total = len(terminal) + db_rows(
-        db, "SELECT COUNT(*) FROM tool_invocation t JOIN diagnosis_run r ON r.run_id = t.run_id WHERE r.status <> 'RUNNING'"
-    )[0][0]
+    total = (
+        len(terminal)
+        + db_rows(
+            db, "SELECT COUNT(*) FROM tool_invocation t JOIN diagnosis_run r ON r.run_id = t.run_id WHERE r.status <> 'RUNNING'"
+        )[0][0]
+    )
     wait_for(lambda: len(otlp.receiver.spans()) >= total, 30, "the demo's spans")
     assert {span.trace_id.hex() for _r, _s, span in otlp.receiver.spans()} == terminal
 
@@ -263,11 +273,16 @@ def test_bad_config_key_is_one_clear_line(tmp_path):
 
 
 def _driver_config(tmp_path, scheme: str) -> str:
-    return str(write_config(tmp_path / "driver.toml", {
-        "source": {"url": f"{scheme}://run_otel:pw-driver-secret@127.0.0.1:1/agent"},
-        "state": {"url": f"sqlite:///{tmp_path / 'state.db'}"},
-        "export": {"endpoint": "127.0.0.1:1"},
-    }))
+    return str(
+        write_config(
+            tmp_path / "driver.toml",
+            {
+                "source": {"url": f"{scheme}://run_otel:pw-driver-secret@127.0.0.1:1/agent"},
+                "state": {"url": f"sqlite:///{tmp_path / 'state.db'}"},
+                "export": {"endpoint": "127.0.0.1:1"},
+            },
+        )
+    )
 
 
 @pytest.mark.parametrize("command", [["once"], ["backfill", "--since", "1d"]])
@@ -301,8 +316,14 @@ def test_check_reports_a_misspelt_driver_as_a_finding(tmp_path):
 
 @pytest.mark.parametrize("command", [["once"], ["run"], ["check"], ["status"], ["show", "run-x"], ["backfill", "--since", "1d"]])
 def test_without_a_config_nothing_runs_against_the_demo_defaults(tmp_path, command):
-    done = subprocess.run([sys.executable, "-m", "run_otel", *command], capture_output=True, text=True, cwd=tmp_path,
-                          env={**{k: v for k, v in os.environ.items() if not k.startswith("RUN_OTEL_")}}, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "run_otel", *command],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**{k: v for k, v in os.environ.items() if not k.startswith("RUN_OTEL_")}},
+        timeout=60,
+    )
     assert done.returncode == 2, done.stderr
     assert "no config: pass --config FILE" in done.stderr
     assert list(tmp_path.iterdir()) == []  # no demo database or state store created

@@ -43,12 +43,17 @@ def test_the_state_store_removed_under_the_daemon_backs_off_and_recovers(agent_d
     state_dir = tmp_path / "state"
     state_dir.mkdir()
     port = free_port()
-    config = write_config(tmp_path / "c.toml", bridge_sections(
-        agent_db, tmp_path, otlp.endpoint("grpc"),
-        state={"url": f"sqlite:///{state_dir / 'state.db'}"},
-        poll={"interval_seconds": 0.5, "retry_initial_seconds": 1, "retry_max_seconds": 4},
-        metrics={"enabled": True, "port": port},
-    ))
+    config = write_config(
+        tmp_path / "c.toml",
+        bridge_sections(
+            agent_db,
+            tmp_path,
+            otlp.endpoint("grpc"),
+            state={"url": f"sqlite:///{state_dir / 'state.db'}"},
+            poll={"interval_seconds": 0.5, "retry_initial_seconds": 1, "retry_max_seconds": 4},
+            metrics={"enabled": True, "port": port},
+        ),
+    )
     first = add_runs(agent_db, 5)
     daemon = DaemonProcess(config, tmp_path / "daemon.log")
     base = f"http://127.0.0.1:{port}"
@@ -90,13 +95,18 @@ def test_a_failed_feedback_pass_takes_the_poll_failed_path(agent_db, tmp_path):
     receiver.start()
     add_runs(agent_db, 4)
     port = free_port()
-    config = write_config(tmp_path / "c.toml", bridge_sections(
-        agent_db, tmp_path, f"http://{receiver.endpoint}",
-        feedback={"interval_seconds": 1},
-        poll={"retry_initial_seconds": 1, "retry_max_seconds": 2},
-        metrics={"enabled": True, "port": port},
-        export={"max_attempts": 1, "timeout_seconds": 2},
-    ))
+    config = write_config(
+        tmp_path / "c.toml",
+        bridge_sections(
+            agent_db,
+            tmp_path,
+            f"http://{receiver.endpoint}",
+            feedback={"interval_seconds": 1},
+            poll={"retry_initial_seconds": 1, "retry_max_seconds": 2},
+            metrics={"enabled": True, "port": port},
+            export={"max_attempts": 1, "timeout_seconds": 2},
+        ),
+    )
     daemon = DaemonProcess(config, tmp_path / "daemon.log")
     base = f"http://127.0.0.1:{port}"
     try:

@@ -188,12 +188,18 @@ def test_the_poller_expires_a_gap_exactly_at_the_configured_timeout(tmp_path):
     old = datetime(2026, 1, 1)
     with engine.begin() as conn:  # ids 1 and 3: id 2 is an insert not committed yet
         for id_ in (1, 3):
-            conn.execute(insert(diagnosis_run).values(id=id_, run_id=f"run-{id_}", session_id="s", query="q", status="SUCCESS", created_at=old, updated_at=old))
-    config = build_config({
-        "source": {"url": f"sqlite:///{tmp_path / 'agent.db'}"},
-        "state": {"url": f"sqlite:///{tmp_path / 'state.db'}"},
-        "poll": {"start_from": "beginning", "gap_timeout_seconds": 600},
-    })
+            conn.execute(
+                insert(diagnosis_run).values(
+                    id=id_, run_id=f"run-{id_}", session_id="s", query="q", status="SUCCESS", created_at=old, updated_at=old
+                )
+            )
+    config = build_config(
+        {
+            "source": {"url": f"sqlite:///{tmp_path / 'agent.db'}"},
+            "state": {"url": f"sqlite:///{tmp_path / 'state.db'}"},
+            "poll": {"start_from": "beginning", "gap_timeout_seconds": 600},
+        }
+    )
     now = [E0]
     sink = JsonFileSink(tmp_path / "out.jsonl")
     poller = build_poller(build_parts(config, sink=sink), clock=lambda: now[0])

@@ -30,7 +30,9 @@ def config_file(agent_db, tmp_path, otlp, **overrides) -> str:
 def test_rows_written_in_shanghai_read_as_utc_are_flagged(agent_db, otlp, tmp_path):
     # The agent writes Asia/Shanghai wall time; the config says UTC.
     traces = add_runs(agent_db, ["UTC_TIMESTAMP() + INTERVAL 8 HOUR - INTERVAL 30 SECOND"] * 3)
-    config = config_file(agent_db, tmp_path, otlp, source={"timezone": "UTC"}, poll={"start_from": "beginning", "settle_seconds": 2})
+    config = config_file(
+        agent_db, tmp_path, otlp, source={"timezone": "UTC"}, poll={"start_from": "beginning", "settle_seconds": 2}
+    )
     done = run_cli("check", "--config", config)
     assert done.returncode == 0, done.stdout + done.stderr
     line = next(line for line in done.stdout.splitlines() if "source.timezone" in line)
@@ -152,7 +154,10 @@ def test_backfill_rejects_an_inverted_or_missing_range(tmp_path, args, message):
 
 def _ha_daemon(agent_db, otlp, tmp_path: Path, name: str, shard: str | None = None) -> DaemonProcess:
     sections = bridge_sections(
-        agent_db, tmp_path, otlp.endpoint("grpc"), state={"url": f"sqlite:///{tmp_path / (name + '-state.db')}"},
+        agent_db,
+        tmp_path,
+        otlp.endpoint("grpc"),
+        state={"url": f"sqlite:///{tmp_path / (name + '-state.db')}"},
         ha={"enabled": True, "takeover_seconds": 3},
     )
     path = write_config(tmp_path / f"{name}.toml", sections)
@@ -204,7 +209,9 @@ def locked(agent_db):
 
 @pytest.mark.parametrize("driver", DRIVERS)
 def test_a_locked_table_fails_the_poll_with_a_clear_line(agent_db, otlp, tmp_path, locked, driver):
-    config = config_file(agent_db, tmp_path, otlp, source={"statement_timeout_seconds": 2, "url": with_driver(agent_db.url, driver)})
+    config = config_file(
+        agent_db, tmp_path, otlp, source={"statement_timeout_seconds": 2, "url": with_driver(agent_db.url, driver)}
+    )
     started = time.monotonic()
     done = run_cli("once", "--config", config, timeout=60)
     took = time.monotonic() - started
@@ -215,12 +222,17 @@ def test_a_locked_table_fails_the_poll_with_a_clear_line(agent_db, otlp, tmp_pat
 
 def test_a_wedged_poll_fails_liveness_and_sigterm_exits_within_its_bound(agent_db, otlp, tmp_path, locked):
     port = free_port()
-    config = write_config(tmp_path / "c.toml", bridge_sections(
-        agent_db, tmp_path, otlp.endpoint("grpc"),
-        source={"statement_timeout_seconds": 120},
-        poll={"stuck_after_seconds": 2, "shutdown_timeout_seconds": 3},
-        metrics={"enabled": True, "port": port},
-    ))
+    config = write_config(
+        tmp_path / "c.toml",
+        bridge_sections(
+            agent_db,
+            tmp_path,
+            otlp.endpoint("grpc"),
+            source={"statement_timeout_seconds": 120},
+            poll={"stuck_after_seconds": 2, "shutdown_timeout_seconds": 3},
+            metrics={"enabled": True, "port": port},
+        ),
+    )
     daemon = DaemonProcess(config, tmp_path / "daemon.log")
     health = f"http://127.0.0.1:{port}/healthz"
     try:
@@ -265,34 +277,50 @@ def _write_pki(folder: Path) -> dict[str, Path]:
     ca_key, server_key = key(), key()
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "run-otel test CA")])
     ca = (
-        x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(days=1))
-        .not_valid_after(now + dt.timedelta(days=2)).add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(days=1))
+        .not_valid_after(now + dt.timedelta(days=2))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .sign(ca_key, hashes.SHA256())
     )
     server = (
-        x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
-        .issuer_name(ca_name).public_key(server_key.public_key()).serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(days=1)).not_valid_after(now + dt.timedelta(days=2))
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
+        .issuer_name(ca_name)
+        .public_key(server_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(days=1))
+        .not_valid_after(now + dt.timedelta(days=2))
         .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
     paths = {name: folder / f"{name}.pem" for name in ("ca", "server-cert", "server-key")}
     paths["ca"].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     paths["server-cert"].write_bytes(server.public_bytes(serialization.Encoding.PEM))
-    paths["server-key"].write_bytes(server_key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
-    ))
+    paths["server-key"].write_bytes(
+        server_key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
+        )
+    )
     return paths
 
 
 @pytest.fixture
 def tls_mariadb(tmp_path):
     pki = _write_pki(tmp_path)
-    server = MariaDB(tmp_path / "tls-mariadb", extra_args=(
-        f"--ssl-ca={pki['ca']}", f"--ssl-cert={pki['server-cert']}", f"--ssl-key={pki['server-key']}",
-        "--require-secure-transport=ON",
-    ))
+    server = MariaDB(
+        tmp_path / "tls-mariadb",
+        extra_args=(
+            f"--ssl-ca={pki['ca']}",
+            f"--ssl-cert={pki['server-cert']}",
+            f"--ssl-key={pki['server-key']}",
+            "--require-secure-transport=ON",
+        ),
+    )
     server.install()
     server.start()
     yield server, pki
@@ -341,8 +369,9 @@ def test_required_tls_is_enforced_where_the_driver_would_fall_back_to_plain_text
     add_runs(agent_db, ["UTC_TIMESTAMP() - INTERVAL 1 MINUTE"])
     # The precondition: this server has no TLS, and mysql-connector-python with TLS
     # enabled quietly connects in plain text.
-    conn = mysql.connector.connect(host="127.0.0.1", port=agent_db.server.port, user="root",
-                                   password=agent_db.server.ROOT_PASSWORD, ssl_disabled=False)
+    conn = mysql.connector.connect(
+        host="127.0.0.1", port=agent_db.server.port, user="root", password=agent_db.server.ROOT_PASSWORD, ssl_disabled=False
+    )
     cursor = conn.cursor()
     cursor.execute("SHOW SESSION STATUS LIKE 'Ssl_cipher'")
     assert cursor.fetchone()[1] == ""
@@ -355,9 +384,16 @@ def test_required_tls_is_enforced_where_the_driver_would_fall_back_to_plain_text
 
 
 def test_a_missing_tls_file_is_a_config_error(tmp_path):
-    config = write_config(tmp_path / "c.toml", {"source": {
-        "url": "mysql+pymysql://r@127.0.0.1/a", "tls_mode": "verify_ca", "tls_ca": "/nonexistent/ca.pem",
-    }})
+    config = write_config(
+        tmp_path / "c.toml",
+        {
+            "source": {
+                "url": "mysql+pymysql://r@127.0.0.1/a",
+                "tls_mode": "verify_ca",
+                "tls_ca": "/nonexistent/ca.pem",
+            }
+        },
+    )
     done = run_cli("once", "--config", str(config))
     assert done.returncode == 2
     assert "source.tls_ca: no such file: /nonexistent/ca.pem" in done.stderr
@@ -365,7 +401,9 @@ def test_a_missing_tls_file_is_a_config_error(tmp_path):
 
 def test_a_ca_without_a_verifying_mode_is_a_config_error(tmp_path):
     (tmp_path / "ca.pem").write_text("x")
-    config = write_config(tmp_path / "c.toml", {"source": {"url": "mysql+pymysql://r@127.0.0.1/a", "tls_ca": str(tmp_path / "ca.pem")}})
+    config = write_config(
+        tmp_path / "c.toml", {"source": {"url": "mysql+pymysql://r@127.0.0.1/a", "tls_ca": str(tmp_path / "ca.pem")}}
+    )
     done = run_cli("once", "--config", str(config))
     assert done.returncode == 2
     assert "set tls_mode to verify_identity" in done.stderr

@@ -74,7 +74,11 @@ def test_check_names_each_column_whose_type_drifted(agent_db, receiver, tmp_path
     assert [f.what for f in before] == ["column types"] and before[0].level != WARN
     drift(agent_db)
     warned = {f.what: f.detail for f in run_checks(config) if f.level == WARN and f.what.startswith("column ")}
-    assert set(warned) == {"column tool_invocation.success", "column tool_invocation.l0_match_count", "column diagnosis_run.total_token_count"}
+    assert set(warned) == {
+        "column tool_invocation.success",
+        "column tool_invocation.l0_match_count",
+        "column diagnosis_run.total_token_count",
+    }
     assert warned["column tool_invocation.success"].startswith("is VARCHAR, the documented schema has TINYINT")
     assert warned["column diagnosis_run.total_token_count"].startswith("is VARCHAR, the documented schema has INT")
 

@@ -85,9 +85,7 @@ def build_exporter(parts: Parts) -> RunExporter:
     return RunExporter(parts.source, parts.mapper, sender, parts.source_clock, parts.recorder)
 
 
-def build_poller(
-    parts: Parts, keep_going: Callable[[], bool] = lambda: True, clock: Callable[[], float] | None = None
-) -> Poller:
+def build_poller(parts: Parts, keep_going: Callable[[], bool] = lambda: True, clock: Callable[[], float] | None = None) -> Poller:
     config = parts.config
     return Poller(
         config.poll,
@@ -115,7 +113,9 @@ def build_feedback(parts: Parts) -> FeedbackPass | None:
         return None
     log_records = None
     if config.feedback.log_records:
-        log_records = LogRecordSender(build_log_sink(config), resource_attributes(config, os.environ), parts.recorder.export_failed)
+        log_records = LogRecordSender(
+            build_log_sink(config), resource_attributes(config, os.environ), parts.recorder.export_failed
+        )
     return FeedbackPass(
         config.feedback,
         config.shard,

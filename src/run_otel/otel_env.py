@@ -29,8 +29,12 @@ _VALUE_LENGTH = (V.OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT, V.OTEL_ATTRIBUTE_VALU
 # opentelemetry-util-genai). run-otel writes content on spans only, so a mode with spans turns it on.
 GENAI_CAPTURE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 _CAPTURE_MODES = {
-    "true": True, "span_only": True, "span_and_event": True,
-    "false": False, "no_content": False, "event_only": False,
+    "true": True,
+    "span_only": True,
+    "span_and_event": True,
+    "false": False,
+    "no_content": False,
+    "event_only": False,
 }
 
 

@@ -97,9 +97,19 @@ _TIME = TimeParam()
 
 @cli.command()
 @CONFIG_OPTION
-@click.option("--since", type=_TIME, default=None, help="Export runs created at or after this time: YYYY-MM-DD[ HH:MM[:SS]] in source.timezone, ISO 8601 with an offset, or a duration ago (24h, 7d).")
+@click.option(
+    "--since",
+    type=_TIME,
+    default=None,
+    help="Export runs created at or after this time: YYYY-MM-DD[ HH:MM[:SS]] in source.timezone, ISO 8601 with an offset, or a duration ago (24h, 7d).",
+)
 @click.option("--until", type=_TIME, default=None, help="...and before this time [default: no upper bound].")
-@click.option("--from-id", type=click.IntRange(min=1), default=None, help="Read run ids from this one, instead of probing for the window's ids.")
+@click.option(
+    "--from-id",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Read run ids from this one, instead of probing for the window's ids.",
+)
 @click.option("--to-id", type=click.IntRange(min=1), default=None, help="...up to and including this one [default: the newest].")
 @click.option("--full-scan", is_flag=True, help="Read every run id once: complete even when ids are not in created_at order.")
 @click.option("--with-metrics", is_flag=True, help="Also count the runs in the run metrics (off: history would distort rates).")
@@ -224,11 +234,36 @@ def check(config_path: Path | None) -> None:
 
 @cli.command()
 @CONFIG_OPTION
-@click.option("--db", "db_path", type=click.Path(dir_okay=False, path_type=Path), default=Path("run-otel-demo.db"), show_default=True, help="SQLite file to create and seed (replaced if it exists).")
-@click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=Path("run-otel-demo.otlp.jsonl"), show_default=True, help="OTLP-JSON file written when OTEL_EXPORTER_OTLP_ENDPOINT is not set.")
+@click.option(
+    "--db",
+    "db_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path("run-otel-demo.db"),
+    show_default=True,
+    help="SQLite file to create and seed (replaced if it exists).",
+)
+@click.option(
+    "--out",
+    "out_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path("run-otel-demo.otlp.jsonl"),
+    show_default=True,
+    help="OTLP-JSON file written when OTEL_EXPORTER_OTLP_ENDPOINT is not set.",
+)
 @click.option("--runs", type=click.IntRange(1, 1_000_000), default=300, show_default=True, help="Runs to generate.")
-@click.option("--seed", type=int, default=42, show_default=True, help="Random seed; the same seed gives the same rows and the same OTLP bytes.")
-@click.option("--anchor", type=click.DateTime(["%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S"]), default=None, help="UTC time the workload ends at [default: the start of the current hour].")
+@click.option(
+    "--seed",
+    type=int,
+    default=42,
+    show_default=True,
+    help="Random seed; the same seed gives the same rows and the same OTLP bytes.",
+)
+@click.option(
+    "--anchor",
+    type=click.DateTime(["%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S"]),
+    default=None,
+    help="UTC time the workload ends at [default: the start of the current hour].",
+)
 def demo(config_path: Path | None, db_path: Path, out_path: Path, runs: int, seed: int, anchor: datetime | None) -> None:
     """Seed a SQLite database with a realistic workload and export it.
 

@@ -54,16 +54,26 @@ def status(config_path: Path | None, as_json: bool) -> None:
         for row in rows:
             lag = "-" if row.lag_seconds is None else f"{row.lag_seconds:.0f}s"
             saved = datetime.fromtimestamp(row.saved_at, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
-            table.add_row(row.shard, str(row.high_water_id), str(row.newest_id), str(row.lag_runs), lag,
-                          str(row.pending_runs), str(row.gaps), f"{saved} ({time.time() - row.saved_at:.0f}s ago)")
+            table.add_row(
+                row.shard,
+                str(row.high_water_id),
+                str(row.newest_id),
+                str(row.lag_runs),
+                lag,
+                str(row.pending_runs),
+                str(row.gaps),
+                f"{saved} ({time.time() - row.saved_at:.0f}s ago)",
+            )
         # A table wraps at 80 columns in a pipe; give it room where no terminal says how wide.
         console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
         console.print(table)
         console.print(f"state store {rows[0].state_store}; source {source.describe()}")
         for row in rows:
             if row.ahead_runs:
-                console.print(f"[bold red]{row.shard}: the checkpoint is {row.ahead_runs} run ids ahead of the source[/]; "
-                              "`run-otel check` says how to recover")
+                console.print(
+                    f"[bold red]{row.shard}: the checkpoint is {row.ahead_runs} run ids ahead of the source[/]; "
+                    "`run-otel check` says how to recover"
+                )
 
     guarded(body)
 
@@ -75,7 +85,9 @@ def status(config_path: Path | None, as_json: bool) -> None:
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--force", is_flag=True, help="Rewind even while another instance holds the HA lease.")
 @SHARD_OPTION
-def rewind(config_path: Path | None, to_id: int | None, since: datetime | None, yes: bool, force: bool, shard: str | None) -> None:
+def rewind(
+    config_path: Path | None, to_id: int | None, since: datetime | None, yes: bool, force: bool, shard: str | None
+) -> None:
     """Move the checkpoint back, so the next poll exports from there again.
 
     Give --to-id N or --since T. Re-sent spans are byte-identical to the first
@@ -96,7 +108,9 @@ def rewind(config_path: Path | None, to_id: int | None, since: datetime | None, 
         source = Source(config)
         holder = lease_holder(config, source)
         if holder and not force:
-            fail(f"another instance (connection {holder}) holds the HA lease and would overwrite the checkpoint; stop it, or use --force")
+            fail(
+                f"another instance (connection {holder}) holds the HA lease and would overwrite the checkpoint; stop it, or use --force"
+            )
         store = CheckpointStore(config, create=False)
         lock = store_lock(config)
         if not lock.acquire() and not force:
@@ -161,7 +175,9 @@ def export_command(config_path: Path | None, run_ids: tuple[str, ...], incomplet
 
 
 @click.command("config")
-@click.option("--example", is_flag=True, required=True, help="Print the documented example: every key, its default and what it does.")
+@click.option(
+    "--example", is_flag=True, required=True, help="Print the documented example: every key, its default and what it does."
+)
 def config_command(example: bool) -> None:
     """Print the documented example config (every key with its default).
 

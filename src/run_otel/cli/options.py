@@ -98,5 +98,4 @@ def guarded(action: Callable[[], None]) -> None:
         fail(str(exc))
 
 
-
 SHARD_OPTION = click.option("--shard", metavar="I/N", help="Only shard I of N (stable hash of run_id), with its own checkpoint.")

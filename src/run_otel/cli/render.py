@@ -76,7 +76,9 @@ def trace_links(config: Config, trace_id_hex: str) -> list[str]:
         links.append(f"{config.ui.jaeger_url.rstrip('/')}/trace/{trace_id_hex}")
     if config.ui.tempo_url:
         pane = {"t": {"datasource": "tempo", "queries": [{"refId": "A", "queryType": "traceql", "query": trace_id_hex}]}}
-        links.append(f"{config.ui.tempo_url.rstrip('/')}/explore?schemaVersion=1&panes={quote(json.dumps(pane, separators=(',', ':')))}")
+        links.append(
+            f"{config.ui.tempo_url.rstrip('/')}/explore?schemaVersion=1&panes={quote(json.dumps(pane, separators=(',', ':')))}"
+        )
     if config.ui.phoenix_url:
         # Phoenix's own redirect finds the trace's project: its URLs otherwise need the project's id.
         links.append(f"{config.ui.phoenix_url.rstrip('/')}/redirects/traces/{trace_id_hex}")

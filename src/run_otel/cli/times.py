@@ -39,4 +39,6 @@ class TimeParam(click.ParamType):
         try:
             return datetime.fromisoformat(text)
         except ValueError:
-            self.fail(f"{text!r} is not a time: use YYYY-MM-DD[ HH:MM[:SS]], ISO 8601 with an offset, or 24h / 7d ago", param, ctx)
+            self.fail(
+                f"{text!r} is not a time: use YYYY-MM-DD[ HH:MM[:SS]], ISO 8601 with an offset, or 24h / 7d ago", param, ctx
+            )

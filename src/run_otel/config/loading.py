@@ -254,4 +254,6 @@ def _validate_tls(source: SourceConfig) -> None:
             "set tls_mode to verify_identity (or verify_ca) to verify the server against it"
         )
     if source.tls_cert and source.tls_mode in ("disabled", "preferred"):
-        raise ConfigError(f"source.tls_cert needs source.tls_mode required, verify_ca or verify_identity, not {source.tls_mode!r}")
+        raise ConfigError(
+            f"source.tls_cert needs source.tls_mode required, verify_ca or verify_identity, not {source.tls_mode!r}"
+        )

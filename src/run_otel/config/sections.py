@@ -127,8 +127,20 @@ class FeedbackConfig:
 
 # The vocabularies agents commonly write, positive 1.0 and negative 0.0.
 DEFAULT_FEEDBACK_SCORES: dict[str, float] = {
-    "UP": 1.0, "DOWN": 0.0, "THUMBS_UP": 1.0, "THUMBS_DOWN": 0.0, "LIKE": 1.0, "DISLIKE": 0.0,
-    "POSITIVE": 1.0, "NEGATIVE": 0.0, "GOOD": 1.0, "BAD": 0.0, "HELPFUL": 1.0, "UNHELPFUL": 0.0, "1": 1.0, "0": 0.0,
+    "UP": 1.0,
+    "DOWN": 0.0,
+    "THUMBS_UP": 1.0,
+    "THUMBS_DOWN": 0.0,
+    "LIKE": 1.0,
+    "DISLIKE": 0.0,
+    "POSITIVE": 1.0,
+    "NEGATIVE": 0.0,
+    "GOOD": 1.0,
+    "BAD": 0.0,
+    "HELPFUL": 1.0,
+    "UNHELPFUL": 0.0,
+    "1": 1.0,
+    "0": 0.0,
 }
 
 

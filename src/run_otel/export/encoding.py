@@ -147,9 +147,7 @@ class FastEncoder:
         reference_scope = encode_request((), resource).resource_spans[0].scope_spans[0].scope
         self._scope = _field(b"\x0a", reference_scope.SerializeToString())
         self._schema_url = _field(b"\x1a", A.SCHEMA_URL.encode())  # ScopeSpans.schema_url
-        self._resource = _field(
-            b"\x0a", b"".join(_field(b"\x0a", self._key_value(k, v)) for k, v in resource.items())
-        )
+        self._resource = _field(b"\x0a", b"".join(_field(b"\x0a", self._key_value(k, v)) for k, v in resource.items()))
 
     def _key_value(self, key: str, value: AttrValue) -> bytes:
         prefix = self._keys.get(key)

@@ -40,7 +40,8 @@ class PhoenixAnnotations:
         stored = sum(self._post([item]) != _MISSING for item in annotations)
         log.warning(
             "Phoenix has no root span for %d of %d rated runs; their ratings are not annotated there",
-            len(annotations) - stored, len(annotations),
+            len(annotations) - stored,
+            len(annotations),
         )
         return stored
 

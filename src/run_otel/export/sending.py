@@ -86,7 +86,10 @@ class RequestSender:
             if cut:
                 log.warning(
                     "run %s: %d of its %d spans were cut to fit export.max_request_bytes; %s on each names what was removed",
-                    run_id, cut, len(spans), "run_otel.attributes.cut",
+                    run_id,
+                    cut,
+                    len(spans),
+                    "run_otel.attributes.cut",
                 )
         if batch:
             self._send(batch, sent)
@@ -104,7 +107,9 @@ class RequestSender:
                 log.warning(
                     "the receiver refused a request of %d bytes and %d spans as too large (%s); sending it in smaller "
                     "requests: set export.max_request_bytes below the receiver's limit",
-                    len(request), len(items), exc,
+                    len(request),
+                    len(items),
+                    exc,
                 )
             half = len(items) // 2
             self._send(items[:half], sent, split=True)
@@ -129,7 +134,11 @@ class RequestSender:
                 continue
             log.warning(
                 "run %s: span %s (%s) cut from %d to %d bytes: the receiver refused it as too large",
-                item.run_id, item.span.span_id.hex(), item.span.name, len(item.encoded), len(encoded),
+                item.run_id,
+                item.span.span_id.hex(),
+                item.span.name,
+                len(item.encoded),
+                len(encoded),
             )
             self._note(ack, 1)
             sent.rejected += ack.rejected_spans
@@ -138,7 +147,10 @@ class RequestSender:
     def _drop(self, item: _Item, sent: Sent, why: str) -> None:
         log.warning(
             "run %s: dropped span %s (%s): %s; the export goes on without it",
-            item.run_id, item.span.span_id.hex(), item.span.name, why,
+            item.run_id,
+            item.span.span_id.hex(),
+            item.span.name,
+            why,
         )
         sent.dropped += 1
         self._on_drop(TOO_LARGE, 1)

@@ -180,9 +180,7 @@ class GrpcSink:
 
     def _send_once(self, request: bytes) -> Ack:
         try:
-            response = self._export(
-                request, timeout=self._timeout, metadata=self._metadata, compression=self._compression
-            )
+            response = self._export(request, timeout=self._timeout, metadata=self._metadata, compression=self._compression)
         except grpc.RpcError as exc:
             reason = f"{exc.code().name}: {exc.details()}"
             if _too_large(exc.code(), exc.details()):

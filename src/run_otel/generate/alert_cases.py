@@ -44,24 +44,44 @@ def tools(tool: str, ok: str, failed: str) -> list[dict]:
 # (alert, case, input series, eval time, expected: list of (extra labels, summary))
 SCENARIOS = [
     # 8 ok + 2 failed a minute: 20% for an hour.
-    ("DiagnosisRunFailureRateHigh", "sustained breach", runs("0+8x60", "FAILED", "0+2x60"), "40m",
-     [({"severity": "critical", **JOB}, "20% of diagnosis runs failed over 10m")]),
+    (
+        "DiagnosisRunFailureRateHigh",
+        "sustained breach",
+        runs("0+8x60", "FAILED", "0+2x60"),
+        "40m",
+        [({"severity": "critical", **JOB}, "20% of diagnosis runs failed over 10m")],
+    ),
     # the same 50% share, but 1 run a minute: under the 20-runs-per-10m guard.
     ("DiagnosisRunFailureRateHigh", "low traffic", runs("0+0.5x60", "FAILED", "0+0.5x60"), "40m", []),
     # 40 failures in two minutes: over the ratio for ~11 minutes, under `for: 15m`.
     ("DiagnosisRunFailureRateHigh", "short spike", runs("0+10x60", "FAILED", "0x20 20 40 40x37"), "30m", []),
     ("DiagnosisRunFailureRateHigh", "healthy", runs("0+10x60", "FAILED", "0+0.2x60"), "40m", []),
-    ("DiagnosisRunFallbackRateHigh", "sustained breach", runs("0+6x60", "FALLBACK", "0+4x60"), "40m",
-     [({"severity": "warning", **JOB}, "40% of diagnosis runs fell back over 10m")]),
+    (
+        "DiagnosisRunFallbackRateHigh",
+        "sustained breach",
+        runs("0+6x60", "FALLBACK", "0+4x60"),
+        "40m",
+        [({"severity": "warning", **JOB}, "40% of diagnosis runs fell back over 10m")],
+    ),
     ("DiagnosisRunFallbackRateHigh", "low traffic", runs("0+0.5x60", "FALLBACK", "0+0.5x60"), "40m", []),
     ("DiagnosisRunFallbackRateHigh", "short spike", runs("0+10x60", "FALLBACK", "0x20 30 60 60x37"), "30m", []),
-    ("DiagnosisToolErrorRateHigh", "sustained breach", tools("query_logs", "0+5x60", "0+5x60") + tools("lookup_knowledge", "0+10x60", "0x60"), "40m",
-     [({"severity": "warning", **JOB, "tool_name": "query_logs"}, "Tool query_logs fails 50% of its calls")]),
+    (
+        "DiagnosisToolErrorRateHigh",
+        "sustained breach",
+        tools("query_logs", "0+5x60", "0+5x60") + tools("lookup_knowledge", "0+10x60", "0x60"),
+        "40m",
+        [({"severity": "warning", **JOB, "tool_name": "query_logs"}, "Tool query_logs fails 50% of its calls")],
+    ),
     ("DiagnosisToolErrorRateHigh", "low traffic", tools("query_logs", "0+0.5x60", "0+0.5x60"), "40m", []),
     ("DiagnosisToolErrorRateHigh", "short spike", tools("query_logs", "0+10x60", "0x20 30 60 60x37"), "30m", []),
     # 3 of 5 ratings a minute are negative, for two hours.
-    ("DiagnosisNegativeFeedbackHigh", "sustained breach", ratings("0+2x120", "0+3x120"), "100m",
-     [({"severity": "info", **JOB}, "60% of user ratings were negative over 1h")]),
+    (
+        "DiagnosisNegativeFeedbackHigh",
+        "sustained breach",
+        ratings("0+2x120", "0+3x120"),
+        "100m",
+        [({"severity": "info", **JOB}, "60% of user ratings were negative over 1h")],
+    ),
     # All negative, but 1 rating in 10 minutes: 6 an hour, under the 10-ratings guard.
     ("DiagnosisNegativeFeedbackHigh", "low traffic", ratings("0x120", "0+0.1x120"), "100m", []),
     ("DiagnosisNegativeFeedbackHigh", "healthy", ratings("0+4x120", "0+1x120"), "100m", []),
@@ -69,62 +89,169 @@ SCENARIOS = [
     # still under `for: 30m`.
     ("DiagnosisNegativeFeedbackHigh", "short spike", ratings("0+2x120", "0x20 50 100 100x97"), "40m", []),
     # time() starts at 0 in promtool: a gauge that tracks it is a healthy bridge.
-    ("RunOtelExportStalled", "sustained breach", [{"series": LABELS.format("run_otel_last_success_timestamp_seconds", "a:9464"), "values": "0+60x10 600x50"}], "25m",
-     [({"severity": "critical", "job": "run-otel", "instance": "a:9464"}, "run-otel a:9464 has not completed a poll for 15m 0s")]),
+    (
+        "RunOtelExportStalled",
+        "sustained breach",
+        [{"series": LABELS.format("run_otel_last_success_timestamp_seconds", "a:9464"), "values": "0+60x10 600x50"}],
+        "25m",
+        [
+            (
+                {"severity": "critical", "job": "run-otel", "instance": "a:9464"},
+                "run-otel a:9464 has not completed a poll for 15m 0s",
+            )
+        ],
+    ),
     # Up since 0 with a wrong password: never a success, so no last_success series at all.
-    ("RunOtelExportStalled", "never succeeded", [
-        {"series": LABELS.format("run_otel_start_timestamp_seconds", "a:9464"), "values": "0x40"},
-        {"series": LABELS.format("run_otel_standby", "a:9464"), "values": "0x40"},
-    ], "15m", [({"severity": "critical", "job": "run-otel", "instance": "a:9464"}, "run-otel a:9464 has not completed a poll for 15m 0s")]),
+    (
+        "RunOtelExportStalled",
+        "never succeeded",
+        [
+            {"series": LABELS.format("run_otel_start_timestamp_seconds", "a:9464"), "values": "0x40"},
+            {"series": LABELS.format("run_otel_standby", "a:9464"), "values": "0x40"},
+        ],
+        "15m",
+        [
+            (
+                {"severity": "critical", "job": "run-otel", "instance": "a:9464"},
+                "run-otel a:9464 has not completed a poll for 15m 0s",
+            )
+        ],
+    ),
     # Three shards; shard b stops succeeding at 10m. Only b fires.
-    ("RunOtelExportStalled", "one stalled shard of three", [
-        {"series": LABELS.format("run_otel_last_success_timestamp_seconds", "a:9464"), "values": "0+60x40"},
-        {"series": LABELS.format("run_otel_last_success_timestamp_seconds", "b:9464"), "values": "0+60x10 600x30"},
-        {"series": LABELS.format("run_otel_last_success_timestamp_seconds", "c:9464"), "values": "0+60x40"},
-    ], "25m", [({"severity": "critical", "job": "run-otel", "instance": "b:9464"}, "run-otel b:9464 has not completed a poll for 15m 0s")]),
+    (
+        "RunOtelExportStalled",
+        "one stalled shard of three",
+        [
+            {"series": LABELS.format("run_otel_last_success_timestamp_seconds", "a:9464"), "values": "0+60x40"},
+            {"series": LABELS.format("run_otel_last_success_timestamp_seconds", "b:9464"), "values": "0+60x10 600x30"},
+            {"series": LABELS.format("run_otel_last_success_timestamp_seconds", "c:9464"), "values": "0+60x40"},
+        ],
+        "25m",
+        [
+            (
+                {"severity": "critical", "job": "run-otel", "instance": "b:9464"},
+                "run-otel b:9464 has not completed a poll for 15m 0s",
+            )
+        ],
+    ),
     # An HA standby never polls: silent.
-    ("RunOtelExportStalled", "standby", [
-        {"series": LABELS.format("run_otel_start_timestamp_seconds", "s:9464"), "values": "0x40"},
-        {"series": LABELS.format("run_otel_standby", "s:9464"), "values": "1x40"},
-    ], "25m", []),
-    ("RunOtelExportStalled", "healthy", [{"series": LABELS.format("run_otel_last_success_timestamp_seconds", "a:9464"), "values": "0+60x60"}], "40m", []),
-    ("RunOtelExportStalled", "short spike", [{"series": LABELS.format("run_otel_last_success_timestamp_seconds", "a:9464"), "values": "0+60x10 600x7 1080+60x40"}], "25m", []),
-    ("RunOtelBacklogGrowing", "sustained breach", [{"series": BACKLOG, "values": "0+50x60"}], "40m",
-     [({"severity": "warning", "job": "run-otel", "instance": "a:9464", "shard": "default"},
-       "run-otel a:9464 shard default is 2000 runs behind and falling further")]),
+    (
+        "RunOtelExportStalled",
+        "standby",
+        [
+            {"series": LABELS.format("run_otel_start_timestamp_seconds", "s:9464"), "values": "0x40"},
+            {"series": LABELS.format("run_otel_standby", "s:9464"), "values": "1x40"},
+        ],
+        "25m",
+        [],
+    ),
+    (
+        "RunOtelExportStalled",
+        "healthy",
+        [{"series": LABELS.format("run_otel_last_success_timestamp_seconds", "a:9464"), "values": "0+60x60"}],
+        "40m",
+        [],
+    ),
+    (
+        "RunOtelExportStalled",
+        "short spike",
+        [{"series": LABELS.format("run_otel_last_success_timestamp_seconds", "a:9464"), "values": "0+60x10 600x7 1080+60x40"}],
+        "25m",
+        [],
+    ),
+    (
+        "RunOtelBacklogGrowing",
+        "sustained breach",
+        [{"series": BACKLOG, "values": "0+50x60"}],
+        "40m",
+        [
+            (
+                {"severity": "warning", "job": "run-otel", "instance": "a:9464", "shard": "default"},
+                "run-otel a:9464 shard default is 2000 runs behind and falling further",
+            )
+        ],
+    ),
     # Far behind but draining: no page for a backfill that is catching up.
     ("RunOtelBacklogGrowing", "draining", [{"series": BACKLOG, "values": "5000-50x60"}], "40m", []),
     ("RunOtelBacklogGrowing", "short spike", [{"series": BACKLOG, "values": "0x10 0+200x10 2000-200x10 0x30"}], "40m", []),
     ("RunOtelBacklogGrowing", "low", [{"series": BACKLOG, "values": "0+5x60"}], "40m", []),
-    ("RunOtelDown", "sustained breach", [{"series": 'up{job="run-otel"}', "values": "1x10 0x30"}], "25m",
-     [({"severity": "critical", **JOB}, "run-otel is down or not scraped")]),
-    ("RunOtelDown", "never scraped", [{"series": 'up{job="other"}', "values": "1x30"}], "25m",
-     [({"severity": "critical", **JOB}, "run-otel is down or not scraped")]),
+    (
+        "RunOtelDown",
+        "sustained breach",
+        [{"series": 'up{job="run-otel"}', "values": "1x10 0x30"}],
+        "25m",
+        [({"severity": "critical", **JOB}, "run-otel is down or not scraped")],
+    ),
+    (
+        "RunOtelDown",
+        "never scraped",
+        [{"series": 'up{job="other"}', "values": "1x30"}],
+        "25m",
+        [({"severity": "critical", **JOB}, "run-otel is down or not scraped")],
+    ),
     ("RunOtelDown", "short spike", [{"series": 'up{job="run-otel"}', "values": "1x10 0x2 1x30"}], "25m", []),
     ("RunOtelDown", "healthy", [{"series": 'up{job="run-otel"}', "values": "1x40"}], "25m", []),
-    ("DiagnosisRunsStuckPending", "sustained breach", [{"series": PENDING, "values": "150x60"}], "40m",
-     [({"severity": "warning", **JOB}, "150 diagnosis runs have been waiting to finish")]),
+    (
+        "DiagnosisRunsStuckPending",
+        "sustained breach",
+        [{"series": PENDING, "values": "150x60"}],
+        "40m",
+        [({"severity": "warning", **JOB}, "150 diagnosis runs have been waiting to finish")],
+    ),
     ("DiagnosisRunsStuckPending", "short spike", [{"series": PENDING, "values": "5x10 150x10 5x40"}], "40m", []),
     ("DiagnosisRunsStuckPending", "low", [{"series": PENDING, "values": "50x60"}], "40m", []),
     # One oversized reply: 30 spans refused. Any loss is worth a ticket, so no `for:`.
-    ("RunOtelSpansRejected", "sustained breach", [{"series": REJECTED, "values": "0x10 30x30"}], "15m",
-     [({"severity": "warning", **JOB}, "The OTLP receiver rejected 30 spans from run-otel in the last 10m")]),
+    (
+        "RunOtelSpansRejected",
+        "sustained breach",
+        [{"series": REJECTED, "values": "0x10 30x30"}],
+        "15m",
+        [({"severity": "warning", **JOB}, "The OTLP receiver rejected 30 spans from run-otel in the last 10m")],
+    ),
     ("RunOtelSpansRejected", "healthy", [{"series": REJECTED, "values": "0x40"}], "25m", []),
     # The rejection leaves the 10m window: resolved.
     ("RunOtelSpansRejected", "resolved", [{"series": REJECTED, "values": "0x10 30x30"}], "25m", []),
     # Another job's counter is not run-otel's.
-    ("RunOtelSpansRejected", "other job", [{"series": 'run_otel_rejected_spans_total{job="other"}', "values": "0x10 30x30"}], "15m", []),
-    ("RunOtelSpansDropped", "sustained breach", [{"series": DROPPED, "values": "0x10 2x30"}], "15m",
-     [({"severity": "warning", **JOB, "reason": "too_large"}, "run-otel dropped 2 spans (too_large) in the last 10m")]),
+    (
+        "RunOtelSpansRejected",
+        "other job",
+        [{"series": 'run_otel_rejected_spans_total{job="other"}', "values": "0x10 30x30"}],
+        "15m",
+        [],
+    ),
+    (
+        "RunOtelSpansDropped",
+        "sustained breach",
+        [{"series": DROPPED, "values": "0x10 2x30"}],
+        "15m",
+        [({"severity": "warning", **JOB, "reason": "too_large"}, "run-otel dropped 2 spans (too_large) in the last 10m")],
+    ),
     ("RunOtelSpansDropped", "healthy", [{"series": DROPPED, "values": "0x40"}], "25m", []),
     ("RunOtelSpansDropped", "resolved", [{"series": DROPPED, "values": "0x10 2x30"}], "25m", []),
     # Restored from a backup 40 ids older; only that shard fires.
-    ("RunOtelCheckpointAheadOfSource", "sustained breach", [
-        {"series": AHEAD.format("0-of-2"), "values": "0x10 40x30"},
-        {"series": AHEAD.format("1-of-2"), "values": "0x40"},
-    ], "25m", [({"severity": "critical", **JOB, "shard": "0-of-2"}, "run-otel's checkpoint (shard 0-of-2) is 40 run ids above the newest run")]),
+    (
+        "RunOtelCheckpointAheadOfSource",
+        "sustained breach",
+        [
+            {"series": AHEAD.format("0-of-2"), "values": "0x10 40x30"},
+            {"series": AHEAD.format("1-of-2"), "values": "0x40"},
+        ],
+        "25m",
+        [
+            (
+                {"severity": "critical", **JOB, "shard": "0-of-2"},
+                "run-otel's checkpoint (shard 0-of-2) is 40 run ids above the newest run",
+            )
+        ],
+    ),
     # The newest run deleted, and a new one written 2 minutes later: under `for: 5m`.
-    ("RunOtelCheckpointAheadOfSource", "short spike", [{"series": AHEAD.format("default"), "values": "0x10 1x2 0x30"}], "25m", []),
+    (
+        "RunOtelCheckpointAheadOfSource",
+        "short spike",
+        [{"series": AHEAD.format("default"), "values": "0x10 1x2 0x30"}],
+        "25m",
+        [],
+    ),
     ("RunOtelCheckpointAheadOfSource", "healthy", [{"series": AHEAD.format("default"), "values": "0x40"}], "25m", []),
 ]
 

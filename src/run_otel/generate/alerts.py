@@ -88,7 +88,9 @@ class _Rules:
         return f"sum by ({by}) (increase({self.series(name)}[{window or THRESHOLDS['window']}]))"
 
 
-def _rule(alert: str, expr: str, severity: str, summary: str, description: str, for_: str = "", dashboard: str = HEALTH_DASHBOARD) -> dict:
+def _rule(
+    alert: str, expr: str, severity: str, summary: str, description: str, for_: str = "", dashboard: str = HEALTH_DASHBOARD
+) -> dict:
     rule: dict = {"alert": alert, "expr": expr}
     if for_:
         rule["for"] = for_

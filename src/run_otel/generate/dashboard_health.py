@@ -42,7 +42,7 @@ def _stats(d: Dashboard) -> Dashboard:
                 "Up",
                 "short",
                 "Instances Prometheus scrapes successfully. Red at 0: RunOtelDown.",
-                query(f'sum(up{WHERE})'),
+                query(f"sum(up{WHERE})"),
                 thresholds((1, "green"), base=RED),
             )
         )
@@ -206,8 +206,19 @@ def _series(d: Dashboard) -> Dashboard:
 def health_dashboard() -> Dashboard:
     links = [dashboard_link("Diagnosis runs", RUNS_DASHBOARD), dashboard_link("RAG retrieval", RAG_DASHBOARD)]
     d = (
-        base(HEALTH_DASHBOARD, "run-otel exporter health", "Is the bridge keeping up? Lag, pending runs, failures, last success.", links)
-        .with_variable(label_variable("instance", I.START_TIME.prometheus).query(f'label_values({I.START_TIME.prometheus}{{{JOB}}}, instance)'))
-        .with_variable(label_variable("shard", I.BACKLOG_RUNS.prometheus).query(f"label_values({I.BACKLOG_RUNS.prometheus}{{{JOB}}}, shard)"))
+        base(
+            HEALTH_DASHBOARD,
+            "run-otel exporter health",
+            "Is the bridge keeping up? Lag, pending runs, failures, last success.",
+            links,
+        )
+        .with_variable(
+            label_variable("instance", I.START_TIME.prometheus).query(
+                f"label_values({I.START_TIME.prometheus}{{{JOB}}}, instance)"
+            )
+        )
+        .with_variable(
+            label_variable("shard", I.BACKLOG_RUNS.prometheus).query(f"label_values({I.BACKLOG_RUNS.prometheus}{{{JOB}}}, shard)")
+        )
     )
     return _series(_stats(d))

@@ -99,7 +99,9 @@ def stat_panel(title: str, unit: str, description: str, one: prometheus.Dataquer
 
 def explore(datasource: str, search: dict) -> str:
     """A link to Explore for the dashboard's own time range."""
-    pane = {"a": {"datasource": datasource, "queries": [{"refId": "A", **search}], "range": {"from": "${__from}", "to": "${__to}"}}}
+    pane = {
+        "a": {"datasource": datasource, "queries": [{"refId": "A", **search}], "range": {"from": "${__from}", "to": "${__to}"}}
+    }
     return "/explore?schemaVersion=1&panes=" + quote(json.dumps(pane, separators=(",", ":")), safe="${}_")
 
 

@@ -59,8 +59,8 @@ def _layer_panels(d: Dashboard) -> Dashboard:
                 "Share of finished runs that fell back or failed, and the share of retrieval calls that matched "
                 "nothing, on one axis: a fallback spike that rises with the zero-match line, or with a shift in "
                 "the layer mix beside it, is retrieval finding nothing.",
-                query(f'sum(rate({runs}{selector(JOB, eq("status", "FALLBACK"))}[{RATE}])) / {finished}', "fallback"),
-                query(f'sum(rate({runs}{selector(JOB, eq("status", "FAILED"))}[{RATE}])) / {finished}', "failed"),
+                query(f"sum(rate({runs}{selector(JOB, eq('status', 'FALLBACK'))}[{RATE}])) / {finished}", "fallback"),
+                query(f"sum(rate({runs}{selector(JOB, eq('status', 'FAILED'))}[{RATE}])) / {finished}", "failed"),
                 query(f"{zero} / {_calls('')}", "retrieval matched nothing"),
             ).links(failed_run_links())
         )
@@ -156,8 +156,10 @@ def _tool_panels(d: Dashboard) -> Dashboard:
                 "s",
                 "p50, p95 and p99 of each tool's duration_ms. " + EXEMPLAR_NOTE,
                 *(
-                    query(f"histogram_quantile({q}, sum by (le, tool_name) (rate({duration}{where}[{RATE}])))", f"{{{{tool_name}}}} p{int(q * 100)}")
-                    .exemplar(True)
+                    query(
+                        f"histogram_quantile({q}, sum by (le, tool_name) (rate({duration}{where}[{RATE}])))",
+                        f"{{{{tool_name}}}} p{int(q * 100)}",
+                    ).exemplar(True)
                     for q in quantiles
                 ),
             )
@@ -184,7 +186,7 @@ def _tool_panels(d: Dashboard) -> Dashboard:
                 f"Share of each tool's calls that failed; the alert fires above {THRESHOLDS['tool_error_ratio']:.0%} "
                 "with 20 calls in 10 minutes. The links open failed runs' traces.",
                 query(
-                    f'sum by (tool_name) (rate({TOOLS}{selector(JOB, eq("success", "false"))}[{RATE}])) '
+                    f"sum by (tool_name) (rate({TOOLS}{selector(JOB, eq('success', 'false'))}[{RATE}])) "
                     f"/ {_calls('tool_name', where)}",
                     "{{tool_name}}",
                 ),
@@ -200,5 +202,10 @@ def rag_dashboard() -> Dashboard:
         dashboard_link("run-otel exporter health", HEALTH_DASHBOARD),
         *trace_search_links(),
     ]
-    d = base(RAG_DASHBOARD, "RAG retrieval", "How the agent's L0/L1 retrieval layers behave: mix, matches, relevance, dedup, latency.", links)
+    d = base(
+        RAG_DASHBOARD,
+        "RAG retrieval",
+        "How the agent's L0/L1 retrieval layers behave: mix, matches, relevance, dedup, latency.",
+        links,
+    )
     return _tool_panels(_quality_panels(_layer_panels(d)))

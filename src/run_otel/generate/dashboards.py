@@ -53,12 +53,18 @@ def runs_dashboard() -> Dashboard:
     failure, fallback = THRESHOLDS["run_failure_ratio"], THRESHOLDS["run_fallback_ratio"]
     links = [dashboard_link("RAG retrieval", RAG_DASHBOARD), dashboard_link("run-otel exporter health", HEALTH_DASHBOARD)]
     return (
-        base(RUNS_DASHBOARD, "Diagnosis runs", "Outcomes, failure and fallback rate, duration and tokens of the agent's runs.", links)
+        base(
+            RUNS_DASHBOARD,
+            "Diagnosis runs",
+            "Outcomes, failure and fallback rate, duration and tokens of the agent's runs.",
+            links,
+        )
         .with_variable(run_metric_variable())
         .with_row(Row("Outcomes"))
         .with_panel(
-            stat_panel("Runs / min", "short", "Finished runs exported per minute, all outcomes.", query(f"{finished} * 60"), thresholds())
-            .links(failed_run_links())
+            stat_panel(
+                "Runs / min", "short", "Finished runs exported per minute, all outcomes.", query(f"{finished} * 60"), thresholds()
+            ).links(failed_run_links())
         )
         .with_panel(
             stat_panel(
@@ -80,7 +86,13 @@ def runs_dashboard() -> Dashboard:
             )
         )
         .with_panel(
-            stat_panel("Tokens / min", "short", "Tokens used by the runs exported, per minute.", query(f"sum(rate({tokens}{where}[{RATE}])) * 60"), thresholds())
+            stat_panel(
+                "Tokens / min",
+                "short",
+                "Tokens used by the runs exported, per minute.",
+                query(f"sum(rate({tokens}{where}[{RATE}])) * 60"),
+                thresholds(),
+            )
         )
         .with_panel(
             panel(
@@ -115,7 +127,9 @@ def runs_dashboard() -> Dashboard:
                 "s",
                 "p50, p90 and p99 of total_duration_ms. " + EXEMPLAR_NOTE,
                 *(
-                    query(f"histogram_quantile({q}, sum by (le) (rate({duration}{where}[{RATE}])))", f"p{int(q * 100)}").exemplar(True)
+                    query(f"histogram_quantile({q}, sum by (le) (rate({duration}{where}[{RATE}])))", f"p{int(q * 100)}").exemplar(
+                        True
+                    )
                     for q in (0.5, 0.9, 0.99)
                 ),
             )

@@ -47,6 +47,7 @@ def is_content_attribute(key: str) -> bool:
         key.startswith(A.OI_RETRIEVAL_DOCUMENTS + ".") and key.endswith("." + A.OI_DOCUMENT_CONTENT)
     )
 
+
 PII_PATTERNS: tuple[str, ...] = (
     # e-mail addresses
     r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}",
@@ -108,7 +109,9 @@ class ContentPolicy:
             return []
         clean = self.cleaner.clean
         pairs: MaybePairs = [
-            (A.RUN_QUERY, clean(query)), (A.RUN_ANSWER, clean(answer)), (A.RUN_PUBLISHED_RESULT, clean(published_result))
+            (A.RUN_QUERY, clean(query)),
+            (A.RUN_ANSWER, clean(answer)),
+            (A.RUN_PUBLISHED_RESULT, clean(published_result)),
         ]
         if self.openinference:
             pairs += _with_mime_types(clean(query), clean(answer))

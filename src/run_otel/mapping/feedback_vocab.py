@@ -40,13 +40,15 @@ class UnmappedFeedback:
                 log.warning("more than %d distinct unmapped feedback values: no more are named", MAX_WARNED)
                 continue
             log.warning(
-                "feedback value %r matches no label in feedback.scores or feedback.negative: it counts as \"other\" "
+                'feedback value %r matches no label in feedback.scores or feedback.negative: it counts as "other" '
                 "and never in the negative-feedback alert; add it to [feedback] scores (and negative)",
                 value,
             )
 
 
-def unmapped_in_window(config: FeedbackConfig, source: Source, clock: SourceClock, now: float | None = None) -> tuple[int, Counter[str]]:
+def unmapped_in_window(
+    config: FeedbackConfig, source: Source, clock: SourceClock, now: float | None = None
+) -> tuple[int, Counter[str]]:
     """The rated runs created within feedback.window_seconds, and how many carry each unmapped
     value: the feedback pass's own primary-key range read."""
     now = time.time() if now is None else now

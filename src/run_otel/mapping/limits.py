@@ -56,7 +56,6 @@ class AttributeLimits:
             return span
         return with_cut(span._replace(attributes=tuple(kept)), cut, dropped, m)
 
-
     def _any_too_long(self, attrs: tuple) -> bool:
         # Runs for every span: a plain loop, no call per attribute.
         n, m = self.value_length, self.list_length
@@ -132,8 +131,11 @@ def cut_to(span: SpanData, budget: int, encode: Callable[[SpanData], bytes], lis
         return span, encoded
     # The record of the cut takes room too: at most list_length keys of the sizes removed.
     sizes = sorted(
-        ((len(key.encode()) + _value_size(value), i) for i, (key, value) in enumerate(span.attributes)
-         if key != A.RUN_OTEL_ATTRIBUTES_CUT),
+        (
+            (len(key.encode()) + _value_size(value), i)
+            for i, (key, value) in enumerate(span.attributes)
+            if key != A.RUN_OTEL_ATTRIBUTES_CUT
+        ),
         reverse=True,
     )
     excess = len(encoded) - budget

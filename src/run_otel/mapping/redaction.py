@@ -65,9 +65,7 @@ _CREDENTIAL_WORDS = (
 # The key, its closing quote (escaped too, at any depth, as in JSON held inside a JSON string), the separator.
 _KEY = rf"""(?:{_CREDENTIAL_WORDS})(?:\\*["'])?\s*"""
 # A quoted value: the quotes stay, so a JSON document stays JSON; only what is between them goes.
-_QUOTED = (
-    r"""(?:[:=]\s*|\s)(?:"(?P<dq>(?:[^"\\]|\\.)+)"|(?P<bs>\\+)"(?P<eq>(?:(?!(?P=bs)")[^"])+)(?P=bs)"|'(?P<sq>[^']+)')"""
-)
+_QUOTED = r"""(?:[:=]\s*|\s)(?:"(?P<dq>(?:[^"\\]|\\.)+)"|(?P<bs>\\+)"(?P<eq>(?:(?!(?P=bs)")[^"])+)(?P=bs)"|'(?P<sq>[^']+)')"""
 # An unquoted value; not an object or list (the keys inside them are judged one by one).
 _VALUE = r"""(?!\[REDACTED\])(?![\\"'{\[])[^\s,;'"}\]\)&]+"""
 
@@ -77,7 +75,10 @@ _SHAPES: tuple[tuple[str, str], ...] = (
     # user:password@ in any URL; the user name stays, and so does an already masked ***
     ("url", r"(?i)(?<=[a-z0-9+.-]://)(?P<keep>[^\s/:@]*:)(?!\*+@)[^\s/@]+(?=@)"),
     # Authorization / Proxy-Authorization headers, any scheme
-    ("authorization", r"(?i)(?<=authorization)(?P<keep>[\"']?\s*[:=]\s*[\"']?)(?:(?:basic|bearer|token|digest|apikey|negotiate)\s+)?[A-Za-z0-9._~+/=-]{6,}"),
+    (
+        "authorization",
+        r"(?i)(?<=authorization)(?P<keep>[\"']?\s*[:=]\s*[\"']?)(?:(?:basic|bearer|token|digest|apikey|negotiate)\s+)?[A-Za-z0-9._~+/=-]{6,}",
+    ),
     # a bearer token written on its own
     ("bearer", r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{8,}"),
     # JSON Web Tokens, signature included
@@ -85,7 +86,10 @@ _SHAPES: tuple[tuple[str, str], ...] = (
     # KEY=value, "key": "value", key: value, --password value; MySQL's "using password: YES/NO" is not a secret
     ("quoted", rf"""(?i){_KEY}{_QUOTED}"""),
     ("assignment", rf"""(?i)(?P<keep>{_KEY}[:=]\s*)(?!(?:YES|NO)\b){_VALUE}"""),
-    ("flag", rf"""(?i)(?P<keep>--?(?:password|passwd|pwd|token|secret|api-key)[= ])(?!\[REDACTED\])(?:"[^"]+"|'[^']+'|{_VALUE})"""),
+    (
+        "flag",
+        rf"""(?i)(?P<keep>--?(?:password|passwd|pwd|token|secret|api-key)[= ])(?!\[REDACTED\])(?:"[^"]+"|'[^']+'|{_VALUE})""",
+    ),
     # vendor keys detect-secrets lacks
     ("sk", r"\b(?:sk|rk|pk)[-_](?:live_|test_|proj-|ant-)?[A-Za-z0-9_-]{16,}"),
     ("google", r"\bAIza[0-9A-Za-z_-]{35}\b|\bya29\.[0-9A-Za-z_-]{20,}"),

@@ -25,9 +25,8 @@ STATUS_ERROR = Status.STATUS_CODE_ERROR
 # A duration beyond a day is a broken row, not a slow call: treat it as absent
 # so one bad value does not stretch a trace over weeks.
 MAX_DURATION_MS = 86_400_000
-_UUID_RUN_ID = re.compile(
-    r"run-([0-9a-fA-F]{8})-([0-9a-fA-F]{4})-([0-9a-fA-F]{4})-([0-9a-fA-F]{4})-([0-9a-fA-F]{12})"
-)
+_UUID_RUN_ID = re.compile(r"run-([0-9a-fA-F]{8})-([0-9a-fA-F]{4})-([0-9a-fA-F]{4})-([0-9a-fA-F]{4})-([0-9a-fA-F]{12})")
+
 
 class SpanData(NamedTuple):
     trace_id: bytes

@@ -95,9 +95,7 @@ class Mapper:
             start = self._epoch_ns(run.updated_at)
         return start if start is not None else 0
 
-    def _run_bounds(
-        self, run: RunRow, start_ns: int, children: list[SpanData], warnings: list[str]
-    ) -> tuple[int, int]:
+    def _run_bounds(self, run: RunRow, start_ns: int, children: list[SpanData], warnings: list[str]) -> tuple[int, int]:
         duration = _valid_duration(run.total_duration_ms, warnings, "diagnosis_run", None, "total_duration_ms")
         if duration is not None:
             end_ns = start_ns + duration * _NS_PER_MS

@@ -64,7 +64,9 @@ def run_backfill(
                 advance(cursor - ids_plan.first_id + 1, f"{rate:,.0f} spans/s")
 
             try:
-                backfill.run(ids_plan.first_id, ids_plan.last_id, on_batch, record_metrics=with_metrics, created_in=window.contains)
+                backfill.run(
+                    ids_plan.first_id, ids_plan.last_id, on_batch, record_metrics=with_metrics, created_in=window.contains
+                )
             except (SourceError, ExportError) as exc:  # what was sent stays sent: say where to resume
                 error = exc
     outcome.seconds = time.monotonic() - started

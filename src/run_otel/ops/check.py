@@ -190,7 +190,9 @@ def _check_timezone(config: Config, source: Source) -> Iterator[Finding]:
     if finding:
         yield Finding(WARN, "source.timezone", finding.message(config.source.timezone))
     else:
-        yield Finding(OK, "source.timezone", f"{config.source.timezone}: the newest run (id {sample.run_id}) fits the database's clock")
+        yield Finding(
+            OK, "source.timezone", f"{config.source.timezone}: the newest run (id {sample.run_id}) fits the database's clock"
+        )
 
 
 def _check_feedback_values(config: Config, source: Source) -> Iterator[Finding]:
@@ -210,7 +212,7 @@ def _check_feedback_values(config: Config, source: Source) -> Iterator[Finding]:
         WARN,
         "feedback values",
         f"{sum(unmapped.values())} of {rated} rated run(s) in the last {window} carry values that feedback.scores and "
-        f"feedback.negative do not map, so they count as \"other\" and never in the negative-feedback alert: {named}",
+        f'feedback.negative do not map, so they count as "other" and never in the negative-feedback alert: {named}',
     )
 
 
@@ -254,7 +256,9 @@ def _check_checkpoint_ahead(config: Config, source: Source) -> Iterator[Finding]
 def _check_endpoint(config: Config) -> Iterator[Finding]:
     from dataclasses import replace
 
-    quick = replace(config, export=replace(config.export, max_attempts=1, timeout_seconds=min(5.0, config.export.timeout_seconds)))
+    quick = replace(
+        config, export=replace(config.export, max_attempts=1, timeout_seconds=min(5.0, config.export.timeout_seconds))
+    )
     sink = build_sink(quick)
     try:
         # An empty request is valid OTLP: it proves the endpoint speaks it, and exports nothing.
@@ -264,4 +268,3 @@ def _check_endpoint(config: Config) -> Iterator[Finding]:
         yield Finding(FAIL, "otlp endpoint", str(exc))
     finally:
         sink.close()
-

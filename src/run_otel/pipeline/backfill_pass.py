@@ -58,7 +58,9 @@ class BackfillPass:
         self._rules = Rules.from_config(poll)
         self.stop_requested = threading.Event()
         # A backfill's reads outlive a database restart; the daemon has its own backoff between polls.
-        self._read = Reconnecting(poll.backfill_retry_seconds, poll.retry_initial_seconds, poll.retry_max_seconds, self.stop_requested)
+        self._read = Reconnecting(
+            poll.backfill_retry_seconds, poll.retry_initial_seconds, poll.retry_max_seconds, self.stop_requested
+        )
 
     def run(
         self,

@@ -83,7 +83,9 @@ class CheckpointStore:
             # Two instances starting together (HA, shards) race to create the table.
             if self._table_exists():
                 return
-            raise CheckpointError(f"state store {self.describe()} is not usable: {exc.__class__.__name__}: {getattr(exc, 'orig', exc)}") from None
+            raise CheckpointError(
+                f"state store {self.describe()} is not usable: {exc.__class__.__name__}: {getattr(exc, 'orig', exc)}"
+            ) from None
         self._widen_seconds()
 
     def _widen_seconds(self) -> None:
@@ -102,7 +104,11 @@ class CheckpointStore:
             except SQLAlchemyError as exc:
                 log.warning(
                     "state store %s: %s.%s is %s, which rounds Unix times to minutes; ALTER it to DOUBLE (%s)",
-                    self.describe(), table.name, column, kind, getattr(exc, "orig", exc),
+                    self.describe(),
+                    table.name,
+                    column,
+                    kind,
+                    getattr(exc, "orig", exc),
                 )
 
     def _table_exists(self) -> bool:
@@ -148,7 +154,9 @@ class CheckpointStore:
         """When this shard's checkpoint (or ``name``'s) was last saved, Unix seconds; None when never."""
         try:
             with self.engine.connect() as conn:
-                row = conn.execute(select(checkpoint_table.c.saved_at).where(checkpoint_table.c.name == (name or self.name))).first()
+                row = conn.execute(
+                    select(checkpoint_table.c.saved_at).where(checkpoint_table.c.name == (name or self.name))
+                ).first()
         except SQLAlchemyError as exc:
             raise self._failed("is unreadable", exc) from None
         return float(row[0]) if row else None
@@ -157,7 +165,9 @@ class CheckpointStore:
         """Every shard's checkpoint in the store: (name, checkpoint, saved_at), by name."""
         try:
             with self.engine.connect() as conn:
-                rows = list(conn.execute(select(checkpoint_table.c.name, checkpoint_table.c.saved_at).order_by(checkpoint_table.c.name)))
+                rows = list(
+                    conn.execute(select(checkpoint_table.c.name, checkpoint_table.c.saved_at).order_by(checkpoint_table.c.name))
+                )
         except SQLAlchemyError as exc:
             raise CheckpointError(f"state store {self.describe()} is unreadable: {getattr(exc, 'orig', exc)}") from None
         out = []

@@ -106,4 +106,3 @@ class FeedbackPass:
                 self._log_records.send([evaluations.log_record(row) for row in chunk])
             if self._phoenix is not None:
                 self._phoenix.upsert([evaluations.annotation(row) for row in chunk])
-

@@ -104,7 +104,9 @@ class SourceGuard:
         if previous is not None and newest_id < previous:
             log.warning(
                 "the newest run id in %s went backwards from %d to %d: runs were deleted or the database was restored",
-                self.source.describe(), previous, newest_id,
+                self.source.describe(),
+                previous,
+                newest_id,
             )
         return max(high_water - newest_id, 0)
 

@@ -105,7 +105,11 @@ class Poller:
         decided = classify(following, [*rechecked, *new_runs], now, self._rules, self._source_clock, self._in_shard)
         expired = expire_gaps(following, now, self._rules.gap_timeout_seconds)
         if expired:
-            log.info("gave up on %d missing run ids after %.0fs (rolled back or deleted)", len(expired), self._rules.gap_timeout_seconds)
+            log.info(
+                "gave up on %d missing run ids after %.0fs (rolled back or deleted)",
+                len(expired),
+                self._rules.gap_timeout_seconds,
+            )
         try:
             result = self._exporter.export(decided.to_export, decided.incomplete)
         except Exception:

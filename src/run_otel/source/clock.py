@@ -26,9 +26,22 @@ STALE_AFTER = timedelta(minutes=30)
 
 # Zones to name for an offset, most likely first; others fall back to Etc/GMT±N.
 _COMMON_ZONES = (
-    "UTC", "Asia/Shanghai", "Asia/Tokyo", "Asia/Seoul", "Asia/Singapore", "Asia/Kolkata", "Asia/Dubai",
-    "Europe/London", "Europe/Berlin", "Europe/Moscow", "America/New_York", "America/Chicago",
-    "America/Denver", "America/Los_Angeles", "America/Sao_Paulo", "Australia/Sydney",
+    "UTC",
+    "Asia/Shanghai",
+    "Asia/Tokyo",
+    "Asia/Seoul",
+    "Asia/Singapore",
+    "Asia/Kolkata",
+    "Asia/Dubai",
+    "Europe/London",
+    "Europe/Berlin",
+    "Europe/Moscow",
+    "America/New_York",
+    "America/Chicago",
+    "America/Denver",
+    "America/Los_Angeles",
+    "America/Sao_Paulo",
+    "Australia/Sydney",
 )
 
 
@@ -80,7 +93,9 @@ class ZoneFinding:
     def message(self, configured: str) -> str:
         hint = ""
         if self.likely_offset is not None:
-            hint = f"; the rows look written in UTC{format_offset(self.likely_offset)} ({', '.join(zones_for(self.likely_offset))})"
+            hint = (
+                f"; the rows look written in UTC{format_offset(self.likely_offset)} ({', '.join(zones_for(self.likely_offset))})"
+            )
         return (
             f"source.timezone = {configured!r} looks wrong: {self.evidence}{hint}. "
             "Until it is fixed, run timeouts count from when run-otel first saw a run"

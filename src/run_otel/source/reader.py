@@ -29,6 +29,7 @@ from .schema import diagnosis_run, tool_invocation
 
 log = logging.getLogger(__name__)
 
+
 class Backlog(NamedTuple):
     newest_id: int
     runs: int  # run ids above the checkpoint

@@ -34,7 +34,6 @@ TRACE_ID_LABEL = "trace_id"
 SPAN_ID_LABEL = "span_id"
 
 
-
 def span_context(trace_id: bytes, span_id: bytes) -> Context:
     """A context whose current span is the exported span: sampled, so the SDK keeps it as an exemplar."""
     context = SpanContext(

@@ -47,7 +47,9 @@ class Instrument:
         return self.prometheus + suffix
 
 
-RUNS = Instrument("diagnosis.runs", COUNTER, "{run}", "Finished diagnosis runs exported.", ("status", "intent", "release_outcome"))
+RUNS = Instrument(
+    "diagnosis.runs", COUNTER, "{run}", "Finished diagnosis runs exported.", ("status", "intent", "release_outcome")
+)
 RUN_DURATION = Instrument("diagnosis.run.duration", HISTOGRAM, "s", "Run duration (total_duration_ms).", ("status", "intent"))
 RUN_TOKENS = Instrument("diagnosis.run.tokens", COUNTER, "{token}", "Tokens used by exported runs.", ("intent",))
 TOOL_INVOCATIONS = Instrument(
@@ -68,10 +70,18 @@ TOOL_DURATION = Instrument(
 RAG_MATCHES = Instrument("rag.matches", COUNTER, "{match}", "RAG matches by retrieval layer.", ("layer", "tool_name"))
 DEDUP = Instrument("rag.dedup", COUNTER, "{invocation}", "Deduplicated retrievals by reason.", ("dedup_reason", "tool_name"))
 ZERO_MATCH = Instrument(
-    "rag.zero_match", COUNTER, "{invocation}", "Retrieval calls that matched nothing in any layer.", ("retrieval_layer", "tool_name")
+    "rag.zero_match",
+    COUNTER,
+    "{invocation}",
+    "Retrieval calls that matched nothing in any layer.",
+    ("retrieval_layer", "tool_name"),
 )
 FEEDBACK = Instrument(
-    "diagnosis.run.feedback", COUNTER, "{run}", "User feedback on runs, counted once per new or changed value.", ("feedback", "intent")
+    "diagnosis.run.feedback",
+    COUNTER,
+    "{run}",
+    "User feedback on runs, counted once per new or changed value.",
+    ("feedback", "intent"),
 )
 
 EXPORTED_SPANS = Instrument("run_otel.exported.spans", COUNTER, "{span}", "Spans acknowledged by the OTLP receiver.")
@@ -91,7 +101,9 @@ EXPORT_DELAY = Instrument(
 )
 PENDING_RUNS = Instrument("run_otel.pending.runs", GAUGE, "{run}", "Runs waiting to finish or settle.")
 LAST_SUCCESS = Instrument("run_otel.last_success.timestamp", GAUGE, "s", "Unix time of the last successful poll.")
-BACKLOG_RUNS = Instrument("run_otel.backlog.runs", GAUGE, "{run}", "Run ids between the checkpoint and the newest run.", ("shard",))
+BACKLOG_RUNS = Instrument(
+    "run_otel.backlog.runs", GAUGE, "{run}", "Run ids between the checkpoint and the newest run.", ("shard",)
+)
 LAG = Instrument("run_otel.lag", GAUGE, "s", "The newest run's created_at minus the checkpoint run's.", ("shard",))
 START_TIME = Instrument("run_otel.start.timestamp", GAUGE, "s", "Unix time this instance started.")
 STANDBY = Instrument("run_otel.standby", GAUGE, "1", "1 while an HA standby waits for the lease, else 0.")
