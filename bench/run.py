@@ -141,8 +141,10 @@ def seed_runs_and_tools(server: MariaDB, database: str, runs: int, tools: int, e
             f"""INSERT INTO tool_invocation (session_id, run_id, step_id, tool_name, input_params, output_length,
                     retrieval_layer, l0_match_count, l1_match_count, is_truncated, relevance_level, dedup_reason,
                     retrieval_details, duration_ms, success, error_message, created_at)
-                SELECT r.session_id, r.run_id, t.seq, ELT(1 + t.seq % 4, 'lookup_knowledge', 'query_logs', 'query_metrics', 'search_runbook'),
-                       '{{"q":"x"}}', 2048, IF(t.seq % 2 = 0, 'L0+L1', NULL), IF(t.seq % 2 = 0, 3, NULL), IF(t.seq % 2 = 0, 2, NULL),
+                SELECT r.session_id, r.run_id, t.seq,
+                       ELT(1 + t.seq % 4, 'lookup_knowledge', 'query_logs', 'query_metrics', 'search_runbook'),
+                       '{{"q":"x"}}', 2048, IF(t.seq % 2 = 0, 'L0+L1', NULL),
+                       IF(t.seq % 2 = 0, 3, NULL), IF(t.seq % 2 = 0, 2, NULL),
                        0, IF(t.seq % 2 = 0, 'PRECISE', NULL), NULL,
                        {evidence},
                        180, IF(t.seq = 7, 0, 1), IF(t.seq = 7, 'timeout after 30000 ms', NULL),
@@ -425,7 +427,8 @@ def measure_raw_read(server: MariaDB, database: str, driver: str = "pymysql", ba
             rows += len(runs)
             ids = [r[1] for r in runs]
             cur.execute(
-                f"SELECT {', '.join(TOOL_COLUMNS)} FROM tool_invocation WHERE run_id IN ({', '.join(['%s'] * len(ids))}) ORDER BY run_id, id",
+                f"SELECT {', '.join(TOOL_COLUMNS)} FROM tool_invocation WHERE "
+                f"run_id IN ({', '.join(['%s'] * len(ids))}) ORDER BY run_id, id",
                 ids,
             )
             rows += len(cur.fetchall())
@@ -501,7 +504,8 @@ def measure_delay(tmp: Path, server: MariaDB, seconds: float, rate: float = 50.0
                 tick = time.monotonic()
                 run_uuid = uuid.uuid4()
                 cur.execute(
-                    "INSERT INTO diagnosis_run (run_id, session_id, query, status, release_outcome, total_duration_ms, created_at, updated_at) "
+                    "INSERT INTO diagnosis_run (run_id, session_id, query, status, "
+                    "release_outcome, total_duration_ms, created_at, updated_at) "
                     "VALUES (%s, 's', 'q', 'SUCCESS', 'SUCCESS', 1000, UTC_TIMESTAMP(), UTC_TIMESTAMP())",
                     (f"run-{run_uuid}",),
                 )
@@ -689,12 +693,14 @@ def print_table(results: dict) -> None:
             (
                 "1 KB evidence, JSON in the database",
                 f"{kb['in_database']['spans_per_s']:,.0f} spans/s",
-                f"{kb['in_database']['db_bytes_per_span']:,.0f} bytes read, {kb['in_database']['db_cpu_us_per_span']:.1f} us database CPU per span",
+                f"{kb['in_database']['db_bytes_per_span']:,.0f} bytes read, "
+                f"{kb['in_database']['db_cpu_us_per_span']:.1f} us database CPU per span",
             ),
             (
                 "1 KB evidence, parsed in run-otel",
                 f"{kb['parsed_here']['spans_per_s']:,.0f} spans/s",
-                f"{kb['parsed_here']['db_bytes_per_span']:,.0f} bytes read, {kb['parsed_here']['db_cpu_us_per_span']:.1f} us database CPU per span",
+                f"{kb['parsed_here']['db_bytes_per_span']:,.0f} bytes read, "
+                f"{kb['parsed_here']['db_cpu_us_per_span']:.1f} us database CPU per span",
             ),
             ("bytes read, parsed / in the database", f"{ratios['kb_bytes_parsed_vs_in_database']:.1f}x", "target >= 5x"),
             ("speed, in the database / parsed", f"{ratios['kb_speed_in_database_vs_parsed']:.2f}x", ""),
@@ -726,7 +732,8 @@ def print_table(results: dict) -> None:
         )
     width = max(len(r[0]) for r in rows)
     print(
-        f"\n{results['runs']} runs x {results['tools_per_run']} tools = {results['spans']:,} spans, median of {results['reps']}, {results['cpus']} CPUs"
+        f"\n{results['runs']} runs x {results['tools_per_run']} tools = "
+        f"{results['spans']:,} spans, median of {results['reps']}, {results['cpus']} CPUs"
     )
     for name, value, note in rows:
         print(f"  {name:<{width}}  {value:>18}  {note}")

@@ -30,6 +30,7 @@ fi
 bash scripts/peers.sh
 
 # Lint and types first: a wrong name fails in seconds, not after the servers start.
+.venv/bin/ruff format --check src tests bench scripts
 .venv/bin/ruff check src tests bench scripts
 .venv/bin/mypy
 

@@ -82,7 +82,8 @@ SECRETS: list[tuple[str, str]] = [
     ),
     ("mailchimp 0123456789abcdef0123456789abcdef-us12 revoked", "0123456789abcdef0123456789abcdef-us12"),
     (
-        '{"type": "service_account", "private_key": "-----BEGIN PRIVATE KEY-----\\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\\n-----END PRIVATE KEY-----\\n"}',
+        '{"type": "service_account", "private_key": '
+        '"-----BEGIN PRIVATE KEY-----\\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\\n-----END PRIVATE KEY-----\\n"}',
         "MIIEvQIBADANBgkqhkiG9w0BAQEFAASC",
     ),
 ]

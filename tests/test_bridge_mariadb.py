@@ -104,8 +104,10 @@ def test_late_commit_is_not_skipped(agent_db, otlp, tmp_path, protocol):
     slow.autocommit(False)
     with slow.cursor() as cur:
         cur.execute(
-            "INSERT INTO diagnosis_run (run_id, session_id, query, status, release_outcome, total_duration_ms, created_at, updated_at) "
-            "VALUES ('run-00000000-0000-4000-8000-00000000000a', 's', 'q', 'SUCCESS', 'SUCCESS', 10, NOW() - INTERVAL 1 HOUR, NOW() - INTERVAL 1 HOUR)"
+            "INSERT INTO diagnosis_run (run_id, session_id, query, status, "
+            "release_outcome, total_duration_ms, created_at, updated_at) "
+            "VALUES ('run-00000000-0000-4000-8000-00000000000a', 's', 'q', 'SUCCESS', "
+            "'SUCCESS', 10, NOW() - INTERVAL 1 HOUR, NOW() - INTERVAL 1 HOUR)"
         )
     with agent_db.engine().begin() as conn:
         conn.execute(insert(diagnosis_run), [_run_row("run-00000000-0000-4000-8000-00000000000b")])

@@ -37,10 +37,12 @@ def _seed_usual_runs(agent_db, runs: int = 40) -> None:
             """INSERT INTO tool_invocation (session_id, run_id, step_id, tool_name, input_params, output_preview, output_length,
                     retrieval_layer, l0_match_count, l1_match_count, is_truncated, relevance_level, retrieval_details,
                     duration_ms, success, error_message, created_at)
-                SELECT r.session_id, r.run_id, t.seq, ELT(t.seq, 'lookup_knowledge', 'query_logs', 'query_metrics', 'search_runbook'),
+                SELECT r.session_id, r.run_id, t.seq,
+                       ELT(t.seq, 'lookup_knowledge', 'query_logs', 'query_metrics', 'search_runbook'),
                        '{"q": "磁盘"}', 'preview password=hunter2', 2048, IF(t.seq % 2 = 0, 'L0+L1', NULL), 3, 2, t.seq % 2,
                        'PRECISE', '{"evidence_status":"supported","evidence_refs":[{"raw_path":"$.logs[0]","text":"disk 98%"}]}',
-                       180, IF(t.seq = 3, 0, 1), IF(t.seq = 3, 'timeout after 30000 ms', NULL), r.created_at + INTERVAL t.seq SECOND
+                       180, IF(t.seq = 3, 0, 1), IF(t.seq = 3, 'timeout after 30000 ms', NULL),
+                       r.created_at + INTERVAL t.seq SECOND
                 FROM diagnosis_run r JOIN seq_1_to_4 t"""
         )
     conn.close()

@@ -53,7 +53,8 @@ def insert_tools(agent_db, details: list[str | None]) -> str:
     with conn.cursor() as cur:
         cur.execute("SET SESSION check_constraint_checks = 0")  # legacy rows may hold anything
         cur.executemany(
-            "INSERT INTO tool_invocation (run_id, session_id, tool_name, input_params, retrieval_layer, retrieval_details, created_at) "
+            "INSERT INTO tool_invocation (run_id, session_id, tool_name, "
+            "input_params, retrieval_layer, retrieval_details, created_at) "
             "VALUES (%s, 's', 'lookup_knowledge', '{}', 'L0', %s, UTC_TIMESTAMP())",
             [(run_id, d) for d in details],
         )

@@ -152,8 +152,8 @@ def test_a_deleted_state_store_says_where_it_restarts(agent_db, otlp, tmp_path):
     assert done.returncode == 0
     top = table_rows(agent_db, "SELECT MAX(id) AS m FROM diagnosis_run")[0]["m"]
     assert (
-        f"WARNING run_otel.pipeline.poller: no checkpoint for default in sqlite:///{tmp_path / 'state.db'}: starting after run id {top}"
-        in done.stderr
+        "WARNING run_otel.pipeline.poller: no checkpoint for default in "
+        f"sqlite:///{tmp_path / 'state.db'}: starting after run id {top}" in done.stderr
     )
 
 

@@ -74,7 +74,8 @@ def test_a_restart_whose_polls_fail_shows_the_checkpoints_pending_runs(tmp_path)
     with engine.begin() as conn:
         conn.execute(
             text(
-                "UPDATE diagnosis_run SET status = 'SUCCESS' WHERE id = (SELECT MAX(id) FROM diagnosis_run WHERE status = 'RUNNING')"
+                "UPDATE diagnosis_run SET status = 'SUCCESS' WHERE id = "
+                "(SELECT MAX(id) FROM diagnosis_run WHERE status = 'RUNNING')"
             )
         )
     restarted = build_metrics(config)

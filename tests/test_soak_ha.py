@@ -45,7 +45,8 @@ class Load(threading.Thread):
             for _ in range(self.rng.randint(0, 6)):
                 cur.execute(
                     "INSERT INTO tool_invocation (session_id, run_id, tool_name, input_params, retrieval_layer, "
-                    "l0_match_count, duration_ms, success, created_at) VALUES ('soak', %s, 'lookup_knowledge', '{}', 'L0', 2, 40, 1, %s)",
+                    "l0_match_count, duration_ms, success, created_at) VALUES "
+                    "('soak', %s, 'lookup_knowledge', '{}', 'L0', 2, 40, 1, %s)",
                     (run_id, self.now()),
                 )
 
@@ -56,7 +57,8 @@ class Load(threading.Thread):
                 status = self.rng.choice(("SUCCESS", "SUCCESS", "SUCCESS", "FALLBACK", "FAILED", "CANCELLED"))
                 with conn.cursor() as cur:
                     cur.execute(
-                        "UPDATE diagnosis_run SET status=%s, release_outcome=%s, total_duration_ms=1500, updated_at=%s WHERE run_id=%s",
+                        "UPDATE diagnosis_run SET status=%s, release_outcome=%s, "
+                        "total_duration_ms=1500, updated_at=%s WHERE run_id=%s",
                         (status, status, self.now(), run_id),
                     )
             else:

@@ -101,7 +101,10 @@ _TIME = TimeParam()
     "--since",
     type=_TIME,
     default=None,
-    help="Export runs created at or after this time: YYYY-MM-DD[ HH:MM[:SS]] in source.timezone, ISO 8601 with an offset, or a duration ago (24h, 7d).",
+    help=(
+        "Export runs created at or after this time: YYYY-MM-DD[ HH:MM[:SS]] in "
+        "source.timezone, ISO 8601 with an offset, or a duration ago (24h, 7d)."
+    ),
 )
 @click.option("--until", type=_TIME, default=None, help="...and before this time [default: no upper bound].")
 @click.option(

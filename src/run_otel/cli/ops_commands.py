@@ -109,7 +109,8 @@ def rewind(
         holder = lease_holder(config, source)
         if holder and not force:
             fail(
-                f"another instance (connection {holder}) holds the HA lease and would overwrite the checkpoint; stop it, or use --force"
+                f"another instance (connection {holder}) holds the HA lease "
+                "and would overwrite the checkpoint; stop it, or use --force"
             )
         store = CheckpointStore(config, create=False)
         lock = store_lock(config)

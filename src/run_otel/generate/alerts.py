@@ -108,7 +108,8 @@ def _run_ratio_rule(r: _Rules, alert: str, status: str, threshold: float, what: 
     runs = I.RUNS.prometheus
     return _rule(
         alert,
-        f"({r.ratio(runs, f'status={chr(34)}{status}{chr(34)}')}) > {threshold}\nand\n{r.traffic(runs)} >= {THRESHOLDS['min_runs']}",
+        f"({r.ratio(runs, f'status={chr(34)}{status}{chr(34)}')}) > "
+        f"{threshold}\nand\n{r.traffic(runs)} >= {THRESHOLDS['min_runs']}",
         severity,
         f"{{{{ $value | humanizePercentage }}}} of diagnosis runs {what} over {THRESHOLDS['window']}",
         f"More than {threshold:.0%} of finished diagnosis runs ended {status} for {THRESHOLDS['for']} "
@@ -135,7 +136,8 @@ def negative_feedback_rule(negative: list[str], selector: str = SELECTOR) -> dic
         f"{{{{ $value | humanizePercentage }}}} of user ratings were negative over {window}",
         f"More than {THRESHOLDS['negative_feedback_ratio']:.0%} of the ratings users gave ({', '.join(negative)}) "
         f"were negative for {THRESHOLDS['feedback_for']} (at least {THRESHOLDS['min_feedback']} ratings per {window}). "
-        f'The ratings are spans in their runs\' traces: TraceQL {{ {_SERVICE} && span.gen_ai.evaluation.score.label = "{negative[0]}" }}. '
+        "The ratings are spans in their runs' traces: "
+        f'TraceQL {{ {_SERVICE} && span.gen_ai.evaluation.score.label = "{negative[0]}" }}. '
         "The labels come from feedback.negative's default: for other labels, set that key and regenerate.",
         THRESHOLDS["feedback_for"],
         RUNS_DASHBOARD,

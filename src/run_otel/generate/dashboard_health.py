@@ -187,7 +187,8 @@ def _series(d: Dashboard) -> Dashboard:
             panel(
                 "Poll duration p95",
                 "s",
-                "p95 of a whole poll (all its batches), by outcome: ok or error. Failed polls are measured from the first attempt.",
+                "p95 of a whole poll (all its batches), by outcome: ok or "
+                "error. Failed polls are measured from the first attempt.",
                 query(f"histogram_quantile(0.95, sum by (le, outcome) (rate({poll}{WHERE}[{RATE}])))", "{{outcome}}"),
             )
         )

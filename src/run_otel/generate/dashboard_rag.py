@@ -47,7 +47,8 @@ def _layer_panels(d: Dashboard) -> Dashboard:
                 "(no layer: a tool that does not retrieve, or a retrieval no layer answered). Stacked to 100%; "
                 "a band that grows or shrinks is a layer shift.",
                 query(
-                    f"{_calls('retrieval_layer', selector(JOB))} / ignoring (retrieval_layer) group_left {_calls('', selector(JOB))}",
+                    f"{_calls('retrieval_layer', selector(JOB))} / ignoring "
+                    f"(retrieval_layer) group_left {_calls('', selector(JOB))}",
                     "{{retrieval_layer}}",
                 ),
             )
@@ -71,7 +72,8 @@ def _layer_panels(d: Dashboard) -> Dashboard:
                 "Share of each layer's retrieval calls that matched nothing (l0_match_count and l1_match_count both 0). "
                 "A layer whose line climbs has stopped finding documents: an empty or stale index.",
                 query(
-                    f"sum by (retrieval_layer) (rate({I.ZERO_MATCH.prometheus}{selector(JOB)}[{RATE}])) / {_calls('retrieval_layer')}",
+                    f"sum by (retrieval_layer) (rate({I.ZERO_MATCH.prometheus}{selector(JOB)}[{RATE}])) "
+                    f"/ {_calls('retrieval_layer')}",
                     "{{retrieval_layer}}",
                 ),
             )
@@ -83,7 +85,8 @@ def _layer_panels(d: Dashboard) -> Dashboard:
                 "Average L0 and L1 matches per retrieval call (rag_matches_total over retrieval calls). "
                 "Fewer L0 matches with more L1 ones is the agent leaning on the slower layer.",
                 query(
-                    f"sum by (layer) (rate({I.RAG_MATCHES.prometheus}{selector(JOB)}[{RATE}])) / ignoring (layer) group_left {_calls('')}",
+                    f"sum by (layer) (rate({I.RAG_MATCHES.prometheus}{selector(JOB)}[{RATE}])) "
+                    f"/ ignoring (layer) group_left {_calls('')}",
                     "{{layer}}",
                 ),
             )
@@ -127,7 +130,8 @@ def _quality_panels(d: Dashboard) -> Dashboard:
                 "Read one layer's bands: a PRECISE band that thins over time is a relevance regression "
                 "that a pie over the whole range would hide.",
                 query(
-                    f"{_calls('retrieval_layer, relevance_level')} / ignoring (relevance_level) group_left {_calls('retrieval_layer')}",
+                    f"{_calls('retrieval_layer, relevance_level')} / ignoring "
+                    f"(relevance_level) group_left {_calls('retrieval_layer')}",
                     "{{retrieval_layer}} {{relevance_level}}",
                 ),
             )

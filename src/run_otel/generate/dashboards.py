@@ -106,7 +106,8 @@ def runs_dashboard() -> Dashboard:
             panel(
                 "Failure and fallback rate",
                 "percentunit",
-                "Share of finished runs that failed or fell back. Compare the RAG retrieval dashboard's layer mix at the same time.",
+                "Share of finished runs that failed or fell back. Compare "
+                "the RAG retrieval dashboard's layer mix at the same time.",
                 query(share("FAILED"), "failed"),
                 query(share("FALLBACK"), "fallback"),
             ).links(failed_run_links())
@@ -158,7 +159,8 @@ def runs_dashboard() -> Dashboard:
                 "Share of ratings in feedback.negative. Ratings are sparse, so each point covers at least 15 minutes; "
                 f"the alert looks at {THRESHOLDS['feedback_window']} and needs {THRESHOLDS['min_feedback']} ratings.",
                 query(
-                    f"sum(rate({feedback}{selector(JOB, negative_matcher, INTENT)}[{RATE}])) / sum(rate({feedback}{where}[{RATE}]))",
+                    f"sum(rate({feedback}{selector(JOB, negative_matcher, INTENT)}[{RATE}])) "
+                    f"/ sum(rate({feedback}{where}[{RATE}]))",
                     "negative",
                 ),
             ).interval("15m")
