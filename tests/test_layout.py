@@ -10,6 +10,7 @@ top level fails here, with the offending names.
 from __future__ import annotations
 
 import ast
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -116,3 +117,30 @@ def test_modules_stay_small_and_the_top_level_uncrowded():
     assert not long, f"modules over {MAX_LINES} lines: {long}"
     top = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert len(top) <= MAX_TOP_LEVEL, f"{len(top)} modules at the top of the package: {top}"
+
+
+CONTRIBUTING = PACKAGE.parent.parent / "CONTRIBUTING.md"
+
+
+def _section(title: str) -> str:
+    text = CONTRIBUTING.read_text()
+    start = text.index(f"## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end != -1 else None]
+
+
+def test_contributing_lists_every_module_once_and_no_other():
+    listed = {line.split()[0] for line in _section("The layout").split("```")[1].splitlines()[2:] if line.strip()}
+    modules = {
+        p.relative_to(PACKAGE).as_posix() if p.name != "__init__.py" else p.parent.relative_to(PACKAGE).as_posix() + "/"
+        for p in PACKAGE.rglob("*.py")
+        if p.name != "__init__.py" or len(p.relative_to(PACKAGE).parts) > 2  # a stage's __init__ is its docstring
+    } - {"__main__.py"}
+    assert len(modules) > 60  # precondition: the walk found the package
+    assert listed == modules, f"missing: {sorted(modules - listed)}; gone: {sorted(listed - modules)}"
+
+
+def test_contributing_maps_every_test_file_to_its_stage():
+    mapped = set(re.findall(r"`(test_\w+\.py)`", _section("Where a module's tests are")))
+    files = {p.name for p in Path(__file__).parent.glob("test_*.py")}
+    assert files and mapped == files, f"not mapped: {sorted(files - mapped)}; gone: {sorted(mapped - files)}"

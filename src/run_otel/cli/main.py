@@ -1,4 +1,4 @@
-"""The ``run-otel`` command line: thin commands over the wiring."""
+"""The ``run-otel`` command line: each command parses, calls one function in ops/ or the factory, and renders."""
 
 from __future__ import annotations
 
