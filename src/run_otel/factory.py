@@ -57,7 +57,7 @@ class Parts:
 
 def build_mapper(config: Config, source_clock: SourceClock) -> Mapper:
     content = ContentPolicy.build(config.content, config.trace.conventions, configured_secrets(config))
-    return Mapper(config, source_clock, content)
+    return Mapper(config.trace, source_clock, content)
 
 
 def build_parts(

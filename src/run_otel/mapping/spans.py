@@ -10,7 +10,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from ..config import Config
+from ..config import TraceConfig
 from ..source.clock import SourceClock
 from ..source.evidence import Evidence, summarize
 from ..source.memo import Memo
@@ -50,17 +50,17 @@ _MEMO_MAX_CHARS = 1024
 
 
 class Mapper:
-    """Maps rows to spans under one config. Build once; ``map_run`` is pure."""
+    """Maps rows to spans under the trace section. Build once; ``map_run`` is pure."""
 
-    def __init__(self, config: Config, clock: SourceClock, content: ContentPolicy):
+    def __init__(self, trace: TraceConfig, clock: SourceClock, content: ContentPolicy):
         self._clock = clock
         self._epoch_ns = self._clock.epoch_ns
-        self._agent_name = config.trace.agent_name
-        self._provider = config.trace.provider_name
-        self._openinference = "openinference" in config.trace.conventions
-        self._anchor_start = config.trace.tool_time_anchor == "start"
-        self._cap = config.trace.max_spans_per_trace
-        self._limits = AttributeLimits.from_config(config.trace)
+        self._agent_name = trace.agent_name
+        self._provider = trace.provider_name
+        self._openinference = "openinference" in trace.conventions
+        self._anchor_start = trace.tool_time_anchor == "start"
+        self._cap = trace.max_spans_per_trace
+        self._limits = AttributeLimits.from_config(trace)
         self._content = content
         # Error messages repeat (the same timeout across thousands of calls): redact each once.
         self._error_texts = Memo(self._content.error_text, 1024)
