@@ -185,10 +185,14 @@ def test_container_args_match_the_cli():
 def wheel_venv(tmp_path_factory) -> Path:
     """Builds the wheel and installs it into a fresh virtualenv, as the Dockerfile does."""
     base = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(base / "dist"), str(ROOT)], check=True)
+    # A checkout on PYTHONPATH would look installed already, and pip would skip the wheel.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    pip_wheel = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(base / "dist"), str(ROOT)]
+    subprocess.run(pip_wheel, check=True, env=env)
     (wheel,) = (base / "dist").glob("run_otel-*.whl")
-    subprocess.run([sys.executable, "-m", "venv", str(base / "venv")], check=True)
-    subprocess.run([str(base / "venv/bin/pip"), "install", "-q", str(wheel)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", str(base / "venv")], check=True, env=env)
+    subprocess.run([str(base / "venv/bin/pip"), "install", "-q", str(wheel)], check=True, env=env)
+    assert (base / "venv/bin/run-otel").is_file()
     return base / "venv"
 
 
