@@ -12,7 +12,7 @@ from typing import Any
 
 from ..config import TraceConfig
 from ..source.clock import SourceClock
-from ..source.evidence import Evidence, summarize
+from ..source.evidence import Evidence, EvidenceParser
 from ..source.memo import Memo
 from ..source.rows import RELEVANCE_LEVELS, RETRIEVAL_LAYERS, RunRow, ToolRow
 from . import attributes as A
@@ -64,6 +64,7 @@ class Mapper:
         self._content = content
         # Error messages repeat (the same timeout across thousands of calls): redact each once.
         self._error_texts = Memo(self._content.error_text, 1024)
+        self._evidence_parser = EvidenceParser()
 
     # -- the run ------------------------------------------------------------
 
@@ -248,7 +249,7 @@ class Mapper:
     def _evidence(self, tool: ToolRow, attrs: list, warnings: list[str]) -> Evidence | None:
         """Adds rag.evidence.* from retrieval_details, parsed here or summarized by the database."""
         details = tool.retrieval_details
-        evidence = details if isinstance(details, Evidence) else summarize(details, warnings, tool.id)
+        evidence = details if isinstance(details, Evidence) else self._evidence_parser.summarize(details, warnings, tool.id)
         if evidence is None:
             return None
         if evidence.status is not None:

@@ -33,18 +33,51 @@ class Evidence(NamedTuple):
     refs_not_a_list: bool = False
 
 
+_NOT_JSON = "retrieval_details is not valid JSON"
+_NOT_OBJECT = "retrieval_details is not a JSON object"
+
+
 def summarize(text: str | bytes | None, warnings: list[str], tool_id: int) -> Evidence | None:
     """The Python path: parse the column."""
     if text is None:
         return None
+    return _with_warning(_parse(text), warnings, tool_id)
+
+
+class EvidenceParser:
+    """:func:`summarize`, parsing each distinct document once.
+
+    Retrieval calls of one kind return the same document again and again (the same
+    status and refs); those up to ``max_chars`` are remembered, at most ``size`` of
+    them, so the memo stays a few megabytes whatever the data. Its values are shared,
+    and nothing downstream changes them."""
+
+    def __init__(self, size: int = 1024, max_chars: int = 4096):
+        self._memo: Memo[str | bytes, Evidence | str] = Memo(_parse, size)
+        self._max_chars = max_chars
+
+    def summarize(self, text: str | bytes | None, warnings: list[str], tool_id: int) -> Evidence | None:
+        if text is None:
+            return None
+        parsed = self._memo(text) if len(text) <= self._max_chars else _parse(text)
+        return _with_warning(parsed, warnings, tool_id)
+
+
+def _with_warning(parsed: Evidence | str, warnings: list[str], tool_id: int) -> Evidence | None:
+    if isinstance(parsed, str):
+        warnings.append(f"tool_invocation {tool_id}: {parsed}")
+        return None
+    return parsed
+
+
+def _parse(text: str | bytes) -> Evidence | str:
+    """Evidence, or why there is none."""
     try:
         details = json.loads(text)
     except (ValueError, TypeError):
-        warnings.append(f"tool_invocation {tool_id}: retrieval_details is not valid JSON")
-        return None
+        return _NOT_JSON
     if not isinstance(details, dict):
-        warnings.append(f"tool_invocation {tool_id}: retrieval_details is not a JSON object")
-        return None
+        return _NOT_OBJECT
     status = details.get("evidence_status")
     status = status if isinstance(status, str) else None
     refs = details.get("evidence_refs")
