@@ -60,6 +60,11 @@ def build_mapper(config: Config, source_clock: SourceClock) -> Mapper:
     return Mapper(config.trace, source_clock, content)
 
 
+def build_source(config: Config) -> Source:
+    """The source alone, for what only reads (plans, probes)."""
+    return Source(config)
+
+
 def build_parts(
     config: Config, recorder: Recorder | None = None, sink: Sink | None = None, store: CheckpointStore | None = None
 ) -> Parts:

@@ -15,7 +15,6 @@ import click
 
 if TYPE_CHECKING:
     from ..config import Config
-    from ..mapping.masking import Scrubber
 
 # Imports that pull in SQLAlchemy, gRPC or the SDK happen inside the functions that
 # need them, so `run-otel --help` starts in a fraction of the time a command takes.
@@ -52,7 +51,7 @@ def load(config_path: Path | None, shard: str | None = None, demo: bool = False)
         )
     from ..config import ConfigError, load_config, overridden_file_keys
     from ..sharding import ShardError, parse_shard
-    from ..telemetry.logs import configure_logging
+    from ..telemetry.logs import configure_logging, scrub_output
 
     try:
         config = load_config(config_path)
@@ -67,18 +66,6 @@ def load(config_path: Path | None, shard: str | None = None, demo: bool = False)
     for line in overridden_file_keys(config_path):
         log.warning(line)
     return config
-
-
-def scrub_output(config: Config) -> Scrubber:
-    """From here on every line the command prints, on stdout or stderr (click, rich,
-    tracebacks), passes the same masking as the logs: a receiver or database that
-    quotes a configured secret back cannot get it printed."""
-    from ..mapping.masking import ScrubbedStream, Scrubber
-
-    scrubber = Scrubber.for_config(config)
-    sys.stdout = ScrubbedStream(sys.stdout, scrubber)
-    sys.stderr = ScrubbedStream(sys.stderr, scrubber)
-    return scrubber
 
 
 def guarded(action: Callable[[], None]) -> None:

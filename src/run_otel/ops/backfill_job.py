@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from ..config import Config
 from ..export.sinks import ExportError
-from ..factory import build_backfill, build_parts, start_metrics
+from ..factory import build_backfill, build_parts, build_source, start_metrics
 from ..mapping.span_data import trace_id_for
 from ..pipeline.backfill import Plan, Window, order_warning, plan, resume_hint
 from ..pipeline.results import PollResult
@@ -43,9 +43,16 @@ class BackfillOutcome:
 
 
 def run_backfill(
-    config: Config, window: Window, ids: tuple[int | None, int | None, bool], with_metrics: bool, progress: Progress
+    config: Config,
+    window: Window,
+    ids: tuple[int | None, int | None, bool],
+    with_metrics: bool,
+    progress: Progress,
+    workers: int = 1,
 ) -> BackfillOutcome:
-    """``ids`` is (--from-id, --to-id, --full-scan)."""
+    """``ids`` is (--from-id, --to-id, --full-scan); ``workers`` > 1 splits the range over processes."""
+    if workers > 1:
+        return _run_in_parts(config, window, ids, progress, workers)
     metrics, server = start_metrics(config) if with_metrics else (None, None)
     parts = build_parts(config, recorder=metrics)
     backfill = build_backfill(parts)
@@ -81,4 +88,44 @@ def run_backfill(
         outcome.failure = f"{error}; stopped after run id {outcome.read_to}: {resume}"
     elif backfill.stop_requested.is_set() and outcome.read_to < ids_plan.last_id:
         outcome.failure = f"stopped by SIGTERM after run id {outcome.read_to}: {resume}"
+    return outcome
+
+
+def _run_in_parts(
+    config: Config, window: Window, ids: tuple[int | None, int | None, bool], progress: Progress, workers: int
+) -> BackfillOutcome:
+    from .backfill_workers import Tally, run_parts
+
+    source = build_source(config)
+    try:
+        ids_plan = plan(source, window, *ids)
+    finally:
+        source.close()
+    outcome = BackfillOutcome(ids_plan, window, read_to=ids_plan.first_id - 1)
+    started = time.monotonic()
+    if ids_plan.empty:
+        return outcome
+    label = f"backfill ids {ids_plan.first_id}..{ids_plan.last_id}, {workers} workers"
+    with progress(label, ids_plan.last_id - ids_plan.first_id + 1) as advance:
+
+        def on_progress(tally: Tally) -> None:
+            rate = tally.total.spans / max(time.monotonic() - started, 1e-9)
+            advance(tally.ids_read(), f"{rate:,.0f} spans/s")
+
+        tally, stopped = run_parts(config, window, ids_plan, workers, on_progress)
+    outcome.total, outcome.seconds = tally.total, time.monotonic() - started
+    outcome.first_trace, outcome.last_trace = tally.first_trace(), tally.last_trace()
+    resume_from = tally.resume_from()
+    outcome.read_to = ids_plan.last_id if resume_from is None else resume_from - 1
+    errors = tally.errors()
+    if resume_from is None:
+        source = build_source(config)
+        try:
+            outcome.warning = order_warning(ids_plan, outcome.total.outside_window, source)
+        finally:
+            source.close()
+        return outcome
+    resume = resume_hint(outcome.read_to, ids_plan.last_id)
+    why = "; ".join(errors) if errors else ("stopped by SIGTERM" if stopped else "a worker stopped early")
+    outcome.failure = f"{why}; every id before {resume_from} was sent: {resume}"
     return outcome

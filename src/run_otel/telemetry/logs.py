@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import TextIO
 
 from ..config import Config
-from ..mapping.masking import Scrubber
+from ..mapping.masking import ScrubbedStream, Scrubber
 
 # APScheduler logs two INFO lines per job run ("Running job", "executed
 # successfully"), even while every poll fails: about 35,000 lines a day.
@@ -91,3 +91,13 @@ def configure_logging(config: Config, stream: TextIO | None = None, scrubber: Sc
     for name, level in _CHATTY.items():
         logging.getLogger(name).setLevel(max(level, logging.getLogger().level))
     return secret_filter
+
+
+def scrub_output(config: Config) -> Scrubber:
+    """From here on every line the process prints, on stdout or stderr (click, rich,
+    tracebacks), passes the same masking as the logs: a receiver or database that
+    quotes a configured secret back cannot get it printed."""
+    scrubber = Scrubber.for_config(config)
+    sys.stdout = ScrubbedStream(sys.stdout, scrubber)
+    sys.stderr = ScrubbedStream(sys.stderr, scrubber)
+    return scrubber

@@ -1,0 +1,128 @@
+"""`backfill --workers N`: the same spans as one process, each part in id order, and on a stop a
+resume line before which every id was sent."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from datetime import datetime
+
+from conftest import received_roots, write_config
+from servers import Receiver, wait_for
+
+from run_otel.ops.backfill_workers import split
+from run_otel.ops.demo import generate, insert_workload
+from run_otel.pipeline.backfill import Plan
+
+
+def test_the_parts_are_contiguous_cover_the_range_and_are_never_empty():
+    for first, last, workers in [(1, 10, 3), (5, 5, 4), (1, 1_000_000, 2), (100, 107, 8), (3, 4, 32)]:
+        parts = split(Plan(first, last, "ids"), workers)
+        assert parts[0][0] == first and parts[-1][1] == last
+        assert all(a <= b for a, b in parts)
+        assert all(parts[k][1] + 1 == parts[k + 1][0] for k in range(len(parts) - 1))
+        assert len(parts) == min(workers, last - first + 1)
+        sizes = [b - a + 1 for a, b in parts]
+        assert max(sizes) - min(sizes) <= 1
+
+
+def _seed(agent_db, runs: int) -> dict[str, int]:
+    """The demo workload (tool calls, evidence, failures), long finished or timed out; trace id -> run id."""
+    insert_workload(agent_db.engine(), generate(7, runs, datetime(2026, 1, 1)))
+    return {run_id[4:].replace("-", ""): row_id for row_id, run_id in agent_db.execute("SELECT id, run_id FROM diagnosis_run")}
+
+
+def _config(agent_db, tmp_path, receiver: Receiver, name: str):
+    return write_config(
+        tmp_path / f"{name}.toml",
+        {
+            "source": {"url": agent_db.url},
+            "state": {"url": f"sqlite:///{tmp_path / (name + '.db')}"},
+            "poll": {"batch_size": 50},
+            "export": {"endpoint": receiver.endpoint},
+            "metrics": {"enabled": False},
+        },
+    )
+
+
+def _backfill(config, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "run_otel", "backfill", "--from-id", "1", *extra, "--config", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _spans(receiver: Receiver) -> Counter:
+    return Counter(span.SerializeToString() for _r, _s, span in receiver.spans())
+
+
+def test_two_workers_send_the_same_spans_as_one_each_part_in_id_order(agent_db, tmp_path):
+    ids = _seed(agent_db, 600)
+    one, two = Receiver(), Receiver()
+    one.start(), two.start()
+    try:
+        single = _backfill(_config(agent_db, tmp_path, one, "one"))
+        out_single, err = single.communicate(timeout=300)
+        assert single.returncode == 0, err
+        split_run = _backfill(_config(agent_db, tmp_path, two, "two"), "--workers", "2")
+        out_split, err = split_run.communicate(timeout=300)
+        assert split_run.returncode == 0, err
+        # The precondition: a real workload, all of it sent both ways.
+        assert len(ids) > 500 and received_roots(one) == received_roots(two) == set(ids)
+        assert _spans(one) == _spans(two)
+        assert out_single.splitlines()[0].split(" in ")[0] == out_split.splitlines()[0].split(" in ")[0]
+        order = [ids[span.trace_id.hex()] for _r, _s, span in two.spans() if not span.parent_span_id]
+        (first_part, second_part) = split(Plan(1, max(agent_db.execute("SELECT MAX(id) FROM diagnosis_run")[0]), "ids"), 2)
+        for low, high in (first_part, second_part):
+            in_part = [run_id for run_id in order if low <= run_id <= high]
+            assert in_part and in_part == sorted(in_part)
+        assert order != sorted(order)  # the parts really ran side by side
+    finally:
+        one.stop(), two.stop()
+
+
+def test_a_stopped_split_backfill_names_a_resume_id_before_which_every_run_was_sent(agent_db, tmp_path):
+    ids = _seed(agent_db, 1500)
+    receiver = Receiver(hold_after=6)  # both parts are under way, then their sends wait
+    receiver.start()
+    try:
+        config = _config(agent_db, tmp_path, receiver, "stop")
+        process = _backfill(config, "--workers", "2")
+        assert receiver.holding.wait(120), "the backfill never got under way"
+        process.send_signal(signal.SIGTERM)
+        receiver.release()
+        _out, err = process.communicate(timeout=120)
+        assert process.returncode == 1, err
+        last_line = err.strip().splitlines()[-1]
+        assert "stopped by SIGTERM" in last_line and "resume with --from-id" in last_line, err
+        resume_from = int(last_line.split("--from-id ")[1].split()[0])
+        sent = received_roots(receiver)
+        assert 1 < resume_from <= max(ids.values())  # the precondition: it stopped part-way
+        assert {trace for trace, run_id in ids.items() if run_id < resume_from} <= sent
+        assert sent != set(ids)
+        resumed = subprocess.run(
+            [sys.executable, "-m", "run_otel", "backfill", "--from-id", str(resume_from), "--config", str(config)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert resumed.returncode == 0, resumed.stderr
+        wait_for(lambda: received_roots(receiver) == set(ids), 30, "every run after the resume")
+    finally:
+        receiver.stop()
+
+
+def test_with_metrics_asks_for_one_worker(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "run_otel", "backfill", "--from-id", "1", "--workers", "2", "--with-metrics"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "RUN_OTEL_SOURCE__URL": f"sqlite:///{tmp_path / 'none.db'}"},
+        timeout=60,
+    )
+    assert done.returncode == 2 and "--with-metrics counts the runs in one process" in done.stderr, done.stderr
