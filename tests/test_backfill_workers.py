@@ -126,3 +126,39 @@ def test_with_metrics_asks_for_one_worker(tmp_path):
         timeout=60,
     )
     assert done.returncode == 2 and "--with-metrics counts the runs in one process" in done.stderr, done.stderr
+
+
+def test_a_backfill_without_metrics_loads_no_metrics_sdk(tmp_path):
+    """Start-up is part of every backfill: what it does not use, it does not import. (An HTTP
+    client still loads: the secret detector's plugins import one.)"""
+    db = tmp_path / "agent.db"
+    subprocess.run(
+        [sys.executable, "-m", "run_otel", "demo", "--db", str(db), "--runs", "40"], cwd=tmp_path, check=True, capture_output=True
+    )
+    receiver = Receiver()
+    receiver.start()
+    try:
+        config = write_config(
+            tmp_path / "c.toml",
+            {
+                "source": {"url": f"sqlite:///{db}"},
+                "state": {"url": f"sqlite:///{tmp_path / 'state.db'}"},
+                "export": {"endpoint": receiver.endpoint},
+                "metrics": {"enabled": False},
+            },
+        )
+        probe = (
+            "import atexit, sys\n"
+            "unused = ('prometheus_client', 'opentelemetry.sdk.metrics', 'opentelemetry.exporter.prometheus')\n"
+            "atexit.register(lambda: print('LOADED', sorted(m for m in unused if m in sys.modules)))\n"
+            "from run_otel.cli.main import main\n"
+            f"sys.argv = ['run-otel', 'backfill', '--from-id', '1', '--config', {str(config)!r}]\n"
+            "main()\n"
+        )
+        done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    finally:
+        receiver.stop()
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("backfilled ")
+    assert len(received_roots(receiver)) > 30  # the precondition: it really exported
+    assert "LOADED []" in done.stdout, done.stdout

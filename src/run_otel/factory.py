@@ -9,11 +9,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .config import Config
 from .export.encoding import FastEncoder, resource_attributes
 from .export.logrecords import LogRecordSender, build_log_sink
-from .export.phoenix import PhoenixAnnotations
 from .export.sending import RequestSender
 from .export.sinks import Sink, build_sink
 from .mapping.content import ContentPolicy
@@ -28,7 +28,10 @@ from .pipeline.results import Recorder
 from .pipeline.run_export import RunExporter
 from .source.clock import SourceClock
 from .source.reader import Source
-from .telemetry.metrics import BridgeMetrics, HealthServer, build_metrics, readiness
+
+if TYPE_CHECKING:
+    from .export.phoenix import PhoenixAnnotations
+    from .telemetry.metrics import BridgeMetrics, HealthServer
 
 Check = Callable[[], tuple[bool, str]]
 
@@ -132,7 +135,7 @@ def build_feedback(parts: Parts) -> FeedbackPass | None:
         parts.source_clock,
         parts.recorder,
         log_records=log_records,
-        phoenix=PhoenixAnnotations(config.ui.phoenix_url, config.export.timeout_seconds) if config.ui.phoenix_url else None,
+        phoenix=_phoenix(config),
     )
 
 
@@ -140,6 +143,9 @@ def start_metrics(config: Config, alive: Check | None = None) -> tuple[BridgeMet
     """The metrics and, for Prometheus pull, the /metrics + health server."""
     if not config.metrics.enabled:
         return None, None
+    # Here, not at the top: a backfill without --with-metrics never loads the metrics SDK.
+    from .telemetry.metrics import HealthServer, build_metrics, readiness
+
     metrics = build_metrics(config)
     try:
         server = HealthServer(
@@ -153,3 +159,11 @@ def start_metrics(config: Config, alive: Check | None = None) -> tuple[BridgeMet
         metrics.shutdown()
         raise MetricsPortError(f"metrics.port {config.metrics.port} on {config.metrics.host}: {exc.strerror}") from None
     return metrics, server
+
+
+def _phoenix(config: Config) -> PhoenixAnnotations | None:
+    if not config.ui.phoenix_url:
+        return None
+    from .export.phoenix import PhoenixAnnotations  # HTTP client: only when Phoenix is configured
+
+    return PhoenixAnnotations(config.ui.phoenix_url, config.export.timeout_seconds)

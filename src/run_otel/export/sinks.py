@@ -26,7 +26,6 @@ from typing import Protocol
 from urllib.parse import urlparse
 
 import grpc
-import requests
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
@@ -200,6 +199,9 @@ class HttpSink:
     def __init__(self, config: Config):
         endpoint = config.export_endpoint().rstrip("/").removesuffix("/v1/traces")
         self._url = f"{endpoint}{self.PATH}"
+        import requests  # here: a gRPC export never loads it
+
+        self._requests = requests
         self._session = requests.Session()
         self._headers = {"Content-Type": "application/x-protobuf", **config.export.headers}
         self._gzip = config.export.compression == "gzip"
@@ -220,7 +222,7 @@ class HttpSink:
     def _send_once(self, body: bytes) -> Ack:
         try:
             response = self._session.post(self._url, data=body, headers=self._headers, timeout=self._timeout)
-        except requests.RequestException as exc:
+        except self._requests.RequestException as exc:
             raise _Retryable(type(exc).__name__) from None
         if response.status_code == 413:
             raise TooLarge(f"{self.describe()}: HTTP 413 {response.text[:200]}")

@@ -19,11 +19,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from ..config import FeedbackConfig
 from ..export.encoding import FastEncoder
 from ..export.logrecords import LogRecordSender
-from ..export.phoenix import PhoenixAnnotations
 from ..export.sinks import Sink
 from ..mapping.evaluation import Evaluations
 from ..mapping.feedback_vocab import UnmappedFeedback
@@ -33,6 +33,9 @@ from ..source.reader import Source
 from ..source.rows import FeedbackRow
 from .checkpoint import CheckpointStore
 from .results import Recorder
+
+if TYPE_CHECKING:  # its HTTP client loads only when Phoenix is configured
+    from ..export.phoenix import PhoenixAnnotations
 
 log = logging.getLogger(__name__)
 
