@@ -28,6 +28,16 @@ DRIVERS = ("pymysql", "mysqlconnector")
 SERVER_FIXTURES = frozenset({"mariadb", "agent_db", "private_mariadb", "otlp", "stack"})
 
 
+def pytest_sessionstart(session):
+    """Under the compiled build's own test run, the compiled modules must be what is tested."""
+    if os.environ.get("RUN_OTEL_EXPECT_COMPILED") == "1":
+        from run_otel.export import encoding
+        from run_otel.mapping import spans
+
+        for module in (encoding, spans):
+            assert module.__file__ and module.__file__.endswith(".so"), f"{module.__name__} is not compiled: {module.__file__}"
+
+
 def pytest_collection_modifyitems(items):
     for item in items:
         if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):

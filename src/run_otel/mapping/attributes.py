@@ -12,27 +12,29 @@ from opentelemetry.semconv._incubating.attributes import service_attributes as i
 from opentelemetry.semconv._incubating.attributes import session_attributes as session
 from opentelemetry.semconv.attributes import error_attributes, exception_attributes, service_attributes
 
-DEPLOYMENT_ENVIRONMENT_NAME = deployment_attributes.DEPLOYMENT_ENVIRONMENT_NAME
-GEN_AI_OPERATION_NAME = gen_ai.GEN_AI_OPERATION_NAME
-GEN_AI_AGENT_NAME = gen_ai.GEN_AI_AGENT_NAME
-GEN_AI_PROVIDER_NAME = gen_ai.GEN_AI_PROVIDER_NAME
-GEN_AI_CONVERSATION_ID = gen_ai.GEN_AI_CONVERSATION_ID
-GEN_AI_TOOL_NAME = gen_ai.GEN_AI_TOOL_NAME
-GEN_AI_TOOL_CALL_ID = gen_ai.GEN_AI_TOOL_CALL_ID
-GEN_AI_TOOL_TYPE = gen_ai.GEN_AI_TOOL_TYPE
-GEN_AI_TOOL_CALL_ARGUMENTS = gen_ai.GEN_AI_TOOL_CALL_ARGUMENTS
-GEN_AI_TOOL_CALL_RESULT = gen_ai.GEN_AI_TOOL_CALL_RESULT
-SESSION_ID = session.SESSION_ID
-ERROR_TYPE = error_attributes.ERROR_TYPE
-SERVICE_NAME = service_attributes.SERVICE_NAME
-SERVICE_VERSION = service_attributes.SERVICE_VERSION
-SERVICE_NAMESPACE = incubating_service.SERVICE_NAMESPACE
+# Annotated: the compiled build checks this module without the conventions package installed.
+
+DEPLOYMENT_ENVIRONMENT_NAME: str = deployment_attributes.DEPLOYMENT_ENVIRONMENT_NAME
+GEN_AI_OPERATION_NAME: str = gen_ai.GEN_AI_OPERATION_NAME
+GEN_AI_AGENT_NAME: str = gen_ai.GEN_AI_AGENT_NAME
+GEN_AI_PROVIDER_NAME: str = gen_ai.GEN_AI_PROVIDER_NAME
+GEN_AI_CONVERSATION_ID: str = gen_ai.GEN_AI_CONVERSATION_ID
+GEN_AI_TOOL_NAME: str = gen_ai.GEN_AI_TOOL_NAME
+GEN_AI_TOOL_CALL_ID: str = gen_ai.GEN_AI_TOOL_CALL_ID
+GEN_AI_TOOL_TYPE: str = gen_ai.GEN_AI_TOOL_TYPE
+GEN_AI_TOOL_CALL_ARGUMENTS: str = gen_ai.GEN_AI_TOOL_CALL_ARGUMENTS
+GEN_AI_TOOL_CALL_RESULT: str = gen_ai.GEN_AI_TOOL_CALL_RESULT
+SESSION_ID: str = session.SESSION_ID
+ERROR_TYPE: str = error_attributes.ERROR_TYPE
+SERVICE_NAME: str = service_attributes.SERVICE_NAME
+SERVICE_VERSION: str = service_attributes.SERVICE_VERSION
+SERVICE_NAMESPACE: str = incubating_service.SERVICE_NAMESPACE
 
 OPERATION_INVOKE_AGENT = "invoke_agent"
 OPERATION_EXECUTE_TOOL = "execute_tool"
-OPERATION_RETRIEVAL = gen_ai.GenAiOperationNameValues.RETRIEVAL.value
-GEN_AI_DATA_SOURCE_ID = gen_ai.GEN_AI_DATA_SOURCE_ID
-GEN_AI_RETRIEVAL_DOCUMENTS = gen_ai.GEN_AI_RETRIEVAL_DOCUMENTS
+OPERATION_RETRIEVAL: str = gen_ai.GenAiOperationNameValues.RETRIEVAL.value
+GEN_AI_DATA_SOURCE_ID: str = gen_ai.GEN_AI_DATA_SOURCE_ID
+GEN_AI_RETRIEVAL_DOCUMENTS: str = gen_ai.GEN_AI_RETRIEVAL_DOCUMENTS
 TOOL_TYPE_DATASTORE = "datastore"
 TOOL_TYPE_FUNCTION = "function"
 
@@ -43,8 +45,8 @@ ERROR_RUN_INCOMPLETE = "run_incomplete"
 ERROR_TOOL = "tool_error"
 # The span event the SDK's record_exception writes.
 EXCEPTION_EVENT = "exception"
-EXCEPTION_TYPE = exception_attributes.EXCEPTION_TYPE
-EXCEPTION_MESSAGE = exception_attributes.EXCEPTION_MESSAGE
+EXCEPTION_TYPE: str = exception_attributes.EXCEPTION_TYPE
+EXCEPTION_MESSAGE: str = exception_attributes.EXCEPTION_MESSAGE
 
 # diagnosis_run
 RUN_ID = "diagnosis.run.id"
@@ -83,9 +85,9 @@ TOOL_OUTPUT_TRUNCATED = "tool.output_truncated"
 TOOL_DURATION_MS = "tool.duration_ms"
 
 # user feedback, as a GenAI evaluation
-GEN_AI_EVALUATION_NAME = gen_ai.GEN_AI_EVALUATION_NAME
-GEN_AI_EVALUATION_SCORE_LABEL = gen_ai.GEN_AI_EVALUATION_SCORE_LABEL
-GEN_AI_EVALUATION_SCORE_VALUE = gen_ai.GEN_AI_EVALUATION_SCORE_VALUE
+GEN_AI_EVALUATION_NAME: str = gen_ai.GEN_AI_EVALUATION_NAME
+GEN_AI_EVALUATION_SCORE_LABEL: str = gen_ai.GEN_AI_EVALUATION_SCORE_LABEL
+GEN_AI_EVALUATION_SCORE_VALUE: str = gen_ai.GEN_AI_EVALUATION_SCORE_VALUE
 GEN_AI_EVALUATION_RESULT_EVENT = "gen_ai.evaluation.result"
 # When the user rated (ISO 8601, UTC): the span sits inside the run, not at this time.
 FEEDBACK_RATED_AT = "diagnosis.feedback.rated_at"

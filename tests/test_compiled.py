@@ -1,0 +1,93 @@
+"""The compiled build: the wheel compiles the pure core with mypyc, the compiled modules pass the
+same tests as the Python ones (the encoder's byte-identity property test among them), and a
+machine without a C compiler installs the Python modules instead."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from test_install import fresh_copy
+
+ROOT = Path(__file__).resolve().parent.parent
+# The unit tests of the compiled modules, and the MariaDB tests that feed them drifted and bad rows.
+TESTS = [
+    "tests/test_encoding.py",
+    "tests/test_mapping.py",
+    "tests/test_limits.py",
+    "tests/test_evidence.py",
+    "tests/test_redaction.py",
+    "tests/test_bad_rows.py",
+    "tests/test_type_drift.py",
+    "tests/test_drivers.py",
+    "tests/test_evidence_db.py",
+    "tests/test_backfill_workers.py",
+]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    # A checkout on PYTHONPATH would shadow the installed build.
+    return {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, **extra}
+
+
+def _wheel(checkout: Path, out: Path, **env: str) -> Path:
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(checkout)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=_env(**env),
+    )
+    assert built.returncode == 0, built.stderr[-3000:]
+    (wheel,) = out.glob("run_otel-*.whl")
+    return wheel
+
+
+@pytest.mark.slow
+@pytest.mark.server
+def test_the_compiled_core_passes_the_tests_of_the_python_one(tmp_path):
+    checkout = fresh_copy(tmp_path / "run-otel")
+    wheel = _wheel(checkout, tmp_path / "dist")
+    compiled = [n for n in zipfile.ZipFile(wheel).namelist() if n.endswith(".so")]
+    assert any(n.startswith("run_otel/export/encoding.") for n in compiled), compiled
+    assert any(n.startswith("run_otel/mapping/spans.") for n in compiled), compiled
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, env=_env())
+    installed = subprocess.run(
+        [str(venv / "bin/pip"), "install", "-q", f"{wheel}[test]"], capture_output=True, text=True, timeout=900, env=_env()
+    )
+    assert installed.returncode == 0, installed.stderr[-3000:]
+    tested = subprocess.run(
+        [str(venv / "bin/python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", "--basetemp", str(tmp_path / "t"), *TESTS],
+        cwd=checkout,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        env=_env(RUN_OTEL_EXPECT_COMPILED="1"),
+    )
+    assert tested.returncode == 0, tested.stdout[-4000:] + tested.stderr[-2000:]
+    assert " passed" in tested.stdout and " skipped" not in tested.stdout, tested.stdout[-500:]
+
+
+@pytest.mark.slow
+def test_without_a_c_compiler_the_wheel_holds_the_python_core_and_runs(tmp_path):
+    checkout = fresh_copy(tmp_path / "run-otel")
+    wheel = _wheel(checkout, tmp_path / "dist", CC="false")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert wheel.name.endswith("-py3-none-any.whl") and not [n for n in names if n.endswith(".so")], wheel.name
+    assert "run_otel/export/encoding.py" in names and "run_otel/mapping/spans.py" in names
+    unpacked = tmp_path / "unpacked"
+    zipfile.ZipFile(wheel).extractall(unpacked)
+    helped = subprocess.run(
+        [sys.executable, "-m", "run_otel", "demo", "--db", str(tmp_path / "d.db"), "--runs", "30"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env={**_env(), "PYTHONPATH": str(unpacked)},
+    )
+    assert helped.returncode == 0 and "spans exported" in helped.stdout, helped.stderr[-2000:]
