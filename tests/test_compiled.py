@@ -14,7 +14,8 @@ import pytest
 from test_install import fresh_copy
 
 ROOT = Path(__file__).resolve().parent.parent
-# The unit tests of the compiled modules, and the MariaDB tests that feed them drifted and bad rows.
+# The unit tests of the compiled modules, the MariaDB tests that feed them drifted and bad rows,
+# and the end-to-end tests of the poll, the backfill and the feedback pass.
 TESTS = [
     "tests/test_encoding.py",
     "tests/test_mapping.py",
@@ -26,6 +27,11 @@ TESTS = [
     "tests/test_drivers.py",
     "tests/test_evidence_db.py",
     "tests/test_backfill_workers.py",
+    "tests/test_bridge_mariadb.py",
+    "tests/test_content_redaction.py",
+    "tests/test_oversized.py",
+    "tests/test_transitions.py",
+    "tests/test_feedback.py",
 ]
 
 

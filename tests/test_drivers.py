@@ -18,6 +18,7 @@ from run_otel.config import build_config
 from run_otel.export.encoding import FastEncoder
 from run_otel.factory import build_mapper
 from run_otel.source.reader import ConnectionLost, Source
+from run_otel.source.readings import read_run, read_tool
 from run_otel.telemetry.logs import configure_logging
 
 
@@ -57,8 +58,9 @@ def _spans_and_warnings(url: str, **source) -> tuple[list[bytes], list[str], str
     tools = reader.tools_for(r.run_id for r in runs)
     spans: list[bytes] = []
     warnings: list[str] = []
-    for run in runs:
-        mapped = mapper.map_run(run, tools[run.run_id])
+    for row in runs:  # read by meaning, then mapped, as the poller does
+        run = read_run(row, warnings)
+        mapped = mapper.map_run(run, [read_tool(tool, warnings) for tool in tools[run.run_id]])
         spans += [encoder.span(s) for s in mapped.spans]
         warnings += mapped.warnings
     reader.close()
