@@ -3,9 +3,12 @@
 #   docker run -v $PWD/run-otel.toml:/etc/run-otel/run-otel.toml:ro run-otel
 
 # -- build: the run-otel wheel and the wheels of its dependencies ----------------
+# The C compiler compiles the pure core (setup.py, mypyc); it stays in this stage.
 FROM python:3.11-slim-bookworm AS build
+RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY src ./src
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 

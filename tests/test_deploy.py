@@ -135,6 +135,9 @@ def test_the_dockerfile_is_multi_stage_non_root_and_checks_health_on_the_configu
     assert 'ENTRYPOINT ["run-otel"]' in text and 'CMD ["run"]' in text
     assert "/etc/run-otel/run-otel.toml" in text
     assert (ROOT / ".dockerignore").exists()
+    # The build stage compiles the core; the runtime stage has no compiler.
+    build, runtime = re.split(r"^FROM python:3\.11-slim.*$", text, flags=re.M)[1:]
+    assert "setup.py" in build and "gcc" in build and "gcc" not in runtime
 
 
 def test_the_image_sets_no_config_key_that_would_beat_the_mounted_file():
