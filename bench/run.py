@@ -218,7 +218,15 @@ def server_cpu_seconds(server: MariaDB) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def measure_backfill(tmp: Path, url: str, receiver: CountingReceiver, server: MariaDB | None = None, **config_extra) -> dict:
+def measure_backfill(
+    tmp: Path,
+    url: str,
+    receiver: CountingReceiver,
+    server: MariaDB | None = None,
+    workers: int = 1,
+    python: str = sys.executable,
+    **config_extra,
+) -> dict:
     """`run-otel backfill` as a user runs it; spans/s from the receiver's count, peak RSS of the child,
     and (with ``server``) the bytes the database sent and the CPU it spent per exported span."""
     receiver.reset()
@@ -227,7 +235,18 @@ def measure_backfill(tmp: Path, url: str, receiver: CountingReceiver, server: Ma
     cpu_before = server_cpu_seconds(server) if server else 0.0
     started = time.perf_counter()
     process = subprocess.Popen(
-        [sys.executable, "-m", "run_otel", "backfill", "--since", "2000-01-01", "--config", str(config)],
+        [
+            python,
+            "-m",
+            "run_otel",
+            "backfill",
+            "--since",
+            "2000-01-01",
+            "--workers",
+            str(workers),
+            "--config",
+            str(config),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -245,6 +264,7 @@ def measure_backfill(tmp: Path, url: str, receiver: CountingReceiver, server: Ma
         "seconds": elapsed,
         "spans_per_s": receiver.counter.value / elapsed,
         "peak_rss_mib": peak.kib / 1024,
+        "peak_rss_mib_per_process": peak.max_kib / 1024,
     }
     if server:
         out["db_bytes_per_span"] = (server_bytes_sent(server) - sent_before) / receiver.counter.value
@@ -260,6 +280,7 @@ class PeakRss(threading.Thread):
         super().__init__(daemon=True)
         self.pid, self.kib = pid, 0
         self._peaks: dict[int, int] = {}
+        self.max_kib = 0  # the largest single process's peak
 
     def run(self) -> None:
         status = Path(f"/proc/{self.pid}/status")
@@ -272,6 +293,7 @@ class PeakRss(threading.Thread):
             for pid in (self.pid, *self._children()):
                 self._peaks[pid] = max(self._peaks.get(pid, 0), _vm_hwm_kib(pid))
             self.kib = sum(self._peaks.values())
+            self.max_kib = max(self._peaks.values())
             time.sleep(0.1)
 
     def _children(self) -> list[int]:
@@ -532,6 +554,26 @@ def measure_delay(tmp: Path, server: MariaDB, seconds: float, rate: float = 50.0
     }
 
 
+def compiled_python(tmp: Path) -> str:
+    """A virtualenv with run-otel installed from its wheel, the core compiled (setup.py); its python.
+
+    The checkout's own virtualenv is an editable install, which stays pure Python."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    dist, venv = tmp / "dist", tmp / "compiled-venv"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(ROOT)], check=True, env=env)
+    (wheel,) = dist.glob("run_otel-*.whl")
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, env=env)
+    install = [str(venv / "bin/pip"), "install", "-q", f"{wheel}[mysql-connector]"]
+    subprocess.run(install, check=True, env=env)
+    python = str(venv / "bin/python")
+    where = subprocess.run(
+        [python, "-c", "import run_otel.mapping.spans as m; print(m.__file__)"], capture_output=True, text=True
+    )
+    if not where.stdout.strip().endswith(".so"):
+        raise SystemExit(f"the compiled build did not compile: {where.stdout}{where.stderr}")
+    return python
+
+
 def _drivers() -> list[str]:
     """PyMySQL and mysql-connector-python's C extension always; mysqlclient when installed."""
     import mysql.connector
@@ -559,6 +601,8 @@ def main() -> None:
     parser.add_argument("--skip-feedback", action="store_true")
     parser.add_argument("--skip-evidence", action="store_true")
     parser.add_argument("--skip-memory", action="store_true")
+    parser.add_argument("--workers", default="2", help="backfill --workers values beyond 1 to measure, comma-separated")
+    parser.add_argument("--skip-compiled", action="store_true", help="measure only the pure-Python build")
     args = parser.parse_args()
 
     results: dict = {
@@ -578,7 +622,15 @@ def main() -> None:
             seed_runs_and_tools(server, "bench", args.runs, args.tools)
             url = server.url("bench")
             drivers = _drivers()
+            worker_counts = [int(n) for n in args.workers.split(",") if int(n) > 1]
+            builds = {"python": sys.executable}
+            if not args.skip_compiled:
+                print("building the compiled wheel into its own virtualenv ...", flush=True)
+                builds["compiled"] = compiled_python(tmp)
+            # (build, workers) beyond the pure one-process backfill, which keeps its own keys.
+            variants = [(b, 1) for b in builds if b != "python"] + [(b, n) for b in builds for n in worker_counts]
             backfill: dict[str, list] = {d: [] for d in drivers}
+            by_variant: dict[tuple[str, str, int], list] = {(d, b, n): [] for d in drivers for b, n in variants}
             raw: dict[str, list] = {d: [] for d in drivers}
             baseline, script = [], []
             with CountingReceiver() as receiver:
@@ -587,6 +639,10 @@ def main() -> None:
                     for driver in drivers:
                         raw[driver].append(measure_raw_read(server, "bench", driver))
                         backfill[driver].append(measure_backfill(tmp, with_driver(url, driver), receiver))
+                        for build, n in variants:
+                            by_variant[driver, build, n].append(
+                                measure_backfill(tmp, with_driver(url, driver), receiver, workers=n, python=builds[build])
+                            )
                     baseline.append(measure_sdk_baseline(url, receiver))
                     script.append(measure_user_script(server, "bench", receiver))
             results["user_script"] = {"spans_per_s": statistics.median(r["spans_per_s"] for r in script), "all": script}
@@ -604,6 +660,19 @@ def main() -> None:
                     "vs_sdk": spans_per_s / results["sdk_baseline"]["spans_per_s"],
                     "vs_its_raw_read": spans_per_s / raw_rows_per_s,
                     "all": {"backfill": backfill[driver], "raw_read": raw[driver]},
+                    "variants": {
+                        f"{build} x{n}": {
+                            "backfill_spans_per_s": (
+                                rate := statistics.median(r["spans_per_s"] for r in by_variant[driver, build, n])
+                            ),
+                            "vs_user_script": rate / results["user_script"]["spans_per_s"],
+                            "vs_pure_one_process": rate / spans_per_s,
+                            "peak_rss_mib_total": max(r["peak_rss_mib"] for r in by_variant[driver, build, n]),
+                            "peak_rss_mib_per_process": max(r["peak_rss_mib_per_process"] for r in by_variant[driver, build, n]),
+                            "all": by_variant[driver, build, n],
+                        }
+                        for build, n in variants
+                    },
                 }
             results["ratios"] = {}
             if not args.skip_idle:
@@ -645,6 +714,14 @@ def main() -> None:
                     results["memory_1m_spans"] = {
                         driver: measure_backfill(tmp, with_driver(server.url("bench_1m"), driver), receiver) for driver in drivers
                     }
+                    if "compiled" in builds and worker_counts:
+                        n = max(worker_counts)
+                        results["memory_1m_spans_split"] = {
+                            f"compiled x{n}, {driver}": measure_backfill(
+                                tmp, with_driver(server.url("bench_1m"), driver), receiver, workers=n, python=builds["compiled"]
+                            )
+                            for driver in drivers
+                        }
             if not args.skip_feedback:
                 print("feedback pass: seeding 1M runs over 30 days ...", flush=True)
                 seed_rated_runs(server, "feedback_1m", 1_000_000, 30)
@@ -681,6 +758,16 @@ def print_table(results: dict) -> None:
             (f"backfill {driver} / SDK path", f"{d['vs_sdk']:.2f}x", ""),
             (f"backfill {driver} / its raw read", f"{d['vs_its_raw_read']:.2f}x", "target >= 0.6x"),
         ]
+        for name, w in d.get("variants", {}).items():
+            rows += [
+                (
+                    f"backfill {name}, {driver}",
+                    f"{w['backfill_spans_per_s']:,.0f} spans/s",
+                    f"peak RSS {w['peak_rss_mib_per_process']:.0f} MiB per process, {w['peak_rss_mib_total']:.0f} MiB in all",
+                ),
+                (f"backfill {name} {driver} / user's script", f"{w['vs_user_script']:.2f}x", "target >= 3x"),
+                (f"backfill {name} {driver} / python x1", f"{w['vs_pure_one_process']:.2f}x", ""),
+            ]
     if "idle_poll" in results:
         idle = results["idle_poll"]
         rows += [
@@ -705,6 +792,14 @@ def print_table(results: dict) -> None:
             ("bytes read, parsed / in the database", f"{ratios['kb_bytes_parsed_vs_in_database']:.1f}x", "target >= 5x"),
             ("speed, in the database / parsed", f"{ratios['kb_speed_in_database_vs_parsed']:.2f}x", ""),
         ]
+    for name, one in results.get("memory_1m_spans_split", {}).items():
+        rows.append(
+            (
+                f"backfill of {one['spans']:,} spans, {name}",
+                f"peak RSS {one['peak_rss_mib_per_process']:.0f} MiB per process",
+                f"{one['peak_rss_mib']:.0f} MiB in all; {one['spans_per_s']:,.0f} spans/s; target < 200 MB a process",
+            )
+        )
     for driver, one in results.get("memory_1m_spans", {}).items():
         rows.append(
             (
