@@ -247,6 +247,8 @@ def measure_backfill(
             "--config",
             str(config),
         ],
+        # Another build's interpreter must not import this checkout through PYTHONPATH.
+        env=None if python == sys.executable else {k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -567,7 +569,7 @@ def compiled_python(tmp: Path) -> str:
     subprocess.run(install, check=True, env=env)
     python = str(venv / "bin/python")
     where = subprocess.run(
-        [python, "-c", "import run_otel.mapping.spans as m; print(m.__file__)"], capture_output=True, text=True
+        [python, "-c", "import run_otel.mapping.spans as m; print(m.__file__)"], capture_output=True, text=True, env=env
     )
     if not where.stdout.strip().endswith(".so"):
         raise SystemExit(f"the compiled build did not compile: {where.stdout}{where.stderr}")
