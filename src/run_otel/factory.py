@@ -72,7 +72,7 @@ def build_parts(
     config: Config, recorder: Recorder | None = None, sink: Sink | None = None, store: CheckpointStore | None = None
 ) -> Parts:
     """``sink`` and ``store`` replace the configured ones (the demo's file, a test's store)."""
-    source = Source(config)
+    source = build_source(config)
     return Parts(
         config,
         source,
