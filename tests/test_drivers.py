@@ -8,15 +8,17 @@ import io
 import subprocess
 import sys
 import time
+from datetime import datetime
 
 import pytest
 from helpers import seed_corpus
 from servers import with_driver
-from sqlalchemy import event
+from sqlalchemy import create_engine, event
 
 from run_otel.config import build_config
 from run_otel.export.encoding import FastEncoder
 from run_otel.factory import build_mapper
+from run_otel.ops.demo import generate, insert_workload
 from run_otel.source.reader import ConnectionLost, Source
 from run_otel.source.readings import read_run, read_tool
 from run_otel.telemetry.logs import configure_logging
@@ -146,3 +148,45 @@ def test_a_connection_killed_after_its_read_is_a_lost_connection_with_every_driv
     reader.close()
     # The pool's own complaint, if it has one, is a line and not a traceback.
     assert "Traceback" not in stream.getvalue(), stream.getvalue()
+
+
+def _types(rows) -> list[tuple[type, ...]]:
+    return [tuple(type(value) for value in row) for row in rows]
+
+
+@pytest.mark.parametrize("driver", ["pymysql", "mysqlconnector"])
+@pytest.mark.parametrize("capture", [False, True], ids=["capture off", "capture on"])
+def test_the_bulk_read_takes_the_drivers_tuples_and_gets_what_sqlalchemys_rows_hold(agent_db, driver, capture):
+    """The runs and tool rows read from the driver's cursor are the values and the types
+    SQLAlchemy's Row would have handed over: the bad-row corpus (zero dates, text in number
+    columns, booleans stored as text) included."""
+    _seed_usual_runs(agent_db)
+    seed_corpus(agent_db)
+    config = build_config({"source": {"url": with_driver(agent_db.url, driver)}, "content": {"capture": capture}})
+    raw, rows = Source(config), Source(config)
+    rows.reads_raw = False
+    assert raw.reads_raw  # the precondition: on MariaDB no selected column needs converting
+
+    def read(source: Source) -> tuple[list, dict]:
+        runs = source.runs_after(0, 10_000) + source.runs_by_ids([3, 1, 2])
+        return runs, source.tools_for(r.run_id for r in runs)
+
+    (raw_runs, raw_tools), (row_runs, row_tools) = read(raw), read(rows)
+    raw.close()
+    rows.close()
+    assert len(raw_runs) > 40 and sum(map(len, raw_tools.values())) > 160
+    assert raw_runs == row_runs and raw_tools == row_tools
+    assert _types(raw_runs) == _types(row_runs)
+    assert _types(t for ts in raw_tools.values() for t in ts) == _types(t for ts in row_tools.values() for t in ts)
+
+
+def test_sqlite_is_read_through_sqlalchemys_rows_because_its_datetimes_are_text(tmp_path):
+    url = f"sqlite:///{tmp_path / 'agent.db'}"
+    insert_workload(create_engine(url), generate(3, 5, anchor=datetime(2026, 1, 1)), create=True)
+    source = Source(build_config({"source": {"url": url}}))
+    runs = source.runs_after(0, 10)
+    tools = [t for ts in source.tools_for(r.run_id for r in runs).values() for t in ts]
+    source.close()
+    assert runs and tools
+    assert all(isinstance(row.created_at, datetime) for row in [*runs, *tools])
+    assert not source.reads_raw

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
-from sqlalchemy import Boolean, Engine, func, select, type_coerce
+from sqlalchemy import Boolean, Dialect, Engine, Select, func, select, type_coerce
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.expression import Executable
@@ -68,6 +68,12 @@ def _as_stored(column: ColumnElement) -> ColumnElement:
     return type_coerce(column, NullType()).label(column.name) if isinstance(column.type, Boolean) else column
 
 
+def _without_processing(statement: Select, dialect: Dialect) -> bool:
+    """True when SQLAlchemy would hand every selected value over as the driver returned it,
+    so the driver's own tuples are the same rows without building a Row for each."""
+    return all(dialect.type_descriptor(c.type).result_processor(dialect, None) is None for c in statement.selected_columns)
+
+
 def _chunks(values: Sequence, size: int) -> Iterator[Sequence]:
     for start in range(0, len(values), size):
         yield values[start : start + size]
@@ -94,6 +100,11 @@ class Source:
             columns[at : at + 1] = database_columns(tool_invocation.c.retrieval_details)
         self._tool_select = select(*columns)
         self._summaries = DatabaseSummaries()
+        # The bulk reads take the driver's tuples when no column needs converting (MySQL and
+        # MariaDB; SQLite's DATETIME is text that SQLAlchemy parses): a Row per value read
+        # costs about a seventh of mysql-connector's read.
+        dialect = self.engine.dialect
+        self.reads_raw = _without_processing(self._run_select, dialect) and _without_processing(self._tool_select, dialect)
 
     def describe(self) -> str:
         return safe_url(self._url)
@@ -122,10 +133,18 @@ class Source:
             f"or the network dropped it): {reason}"
         )
 
-    def _fetch(self, statement: Executable) -> list:
+    def _fetch(self, statement: Executable, bulk: bool = False) -> list:
         try:
             with self.engine.connect() as conn:
-                return list(conn.execute(statement))
+                result = conn.execute(statement)
+                if bulk and self.reads_raw:
+                    # Each driver's default cursor holds the whole result once execute returns
+                    # (PyMySQL's Cursor, mysql-connector's buffered cursor, mysqlclient's
+                    # stored result), so this fetch does not touch the network.
+                    rows = result.cursor.fetchall()
+                    result.close()
+                    return list(rows)
+                return list(result)
         except self._unwrapped_errors as exc:
             code = getattr(exc, "errno", None)
             if code in _CONNECTION_ERRORS or str(exc).startswith(_LOST_WORDS):
@@ -161,14 +180,14 @@ class Source:
         if until_id is not None:
             stmt = stmt.where(diagnosis_run.c.id <= until_id)
         stmt = stmt.order_by(diagnosis_run.c.id).limit(limit)
-        return [RunRow(*row) for row in self._fetch(stmt)]
+        return [RunRow(*row) for row in self._fetch(stmt, bulk=True)]
 
     def runs_by_ids(self, ids: Iterable[int]) -> list[RunRow]:
         ordered = sorted(set(ids))
         out: list[RunRow] = []
         for chunk in _chunks(ordered, self._chunk):
             stmt = self._run_select.where(diagnosis_run.c.id.in_(chunk)).order_by(diagnosis_run.c.id)
-            out.extend(RunRow(*row) for row in self._fetch(stmt))
+            out.extend(RunRow(*row) for row in self._fetch(stmt, bulk=True))
         return out
 
     def run_by_run_id(self, run_id: str) -> RunRow | None:
@@ -280,7 +299,7 @@ class Source:
             stmt = self._tool_select.where(tool_invocation.c.run_id.in_(chunk)).order_by(
                 tool_invocation.c.run_id, tool_invocation.c.id
             )
-            for row in self._fetch(stmt):
+            for row in self._fetch(stmt, bulk=True):
                 tool = self._tool_row(row)
                 key = tool.run_id if tool.run_id in by_run else folded.get(tool.run_id.casefold())
                 if key is not None:
