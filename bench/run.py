@@ -11,7 +11,9 @@ OTLP/gRPC receiver in a separate process that only counts spans, then reports:
 2. user-script: bench/user_script.py, the plain script a user would write instead;
 3. sdk-baseline: the same rows and mapping, sent as ReadableSpans through the
    SDK's OTLP encoder and gRPC exporter;
-4. raw-read: the same rows and columns read with each driver, no mapping;
+4. raw-read: the same rows and columns read with each driver, no mapping; and
+   the bridge's own read (Source) taking the driver's tuples, beside the same
+   read building SQLAlchemy's Row for each row;
 5. 1 KB evidence: bytes the database sends per span, evidence summarized by the
    database or parsed in run-otel, and the speed of each;
 6. memory: peak RSS of one backfill of 1,000,008 spans with each driver;
@@ -461,6 +463,25 @@ def measure_raw_read(server: MariaDB, database: str, driver: str = "pymysql", ba
     return {"rows": rows, "seconds": elapsed, "rows_per_s": rows / elapsed}
 
 
+def measure_bridge_read(tmp: Path, url: str, raw: bool, batch_size: int = 500) -> dict:
+    """The bridge's own read (Source: the statements, the evidence summary, the row types), with
+    the driver's tuples or with SQLAlchemy's Row for each row: the raw-read lever alone."""
+    from run_otel.config import load_config
+    from run_otel.source.reader import Source
+
+    source = Source(load_config(_config_file(tmp, url, "127.0.0.1:1"), environ={}))
+    assert source.reads_raw
+    source.reads_raw = raw
+    rows, high_water = 0, 0
+    started, cpu = time.perf_counter(), time.process_time()
+    while runs := source.runs_after(high_water, batch_size):
+        high_water = runs[-1].id
+        rows += len(runs) + sum(map(len, source.tools_for(r.run_id for r in runs).values()))
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+    source.close()
+    return {"rows": rows, "seconds": elapsed, "rows_per_s": rows / elapsed, "cpu_us_per_row": cpu / rows * 1e6}
+
+
 def measure_idle_poll(tmp: Path, url: str, reps: int = 30) -> dict:
     from run_otel.config import load_config
     from run_otel.factory import build_parts, build_poller
@@ -634,12 +655,15 @@ def main() -> None:
             backfill: dict[str, list] = {d: [] for d in drivers}
             by_variant: dict[tuple[str, str, int], list] = {(d, b, n): [] for d in drivers for b, n in variants}
             raw: dict[str, list] = {d: [] for d in drivers}
+            bridge_read: dict[tuple[str, bool], list] = {(d, r): [] for d in drivers for r in (True, False)}
             baseline, script = [], []
             with CountingReceiver() as receiver:
                 for rep in range(args.reps):
                     print(f"repetition {rep + 1}/{args.reps} ...", flush=True)
                     for driver in drivers:
                         raw[driver].append(measure_raw_read(server, "bench", driver))
+                        for tuples in (True, False):
+                            bridge_read[driver, tuples].append(measure_bridge_read(tmp, with_driver(url, driver), tuples))
                         backfill[driver].append(measure_backfill(tmp, with_driver(url, driver), receiver))
                         for build, n in variants:
                             by_variant[driver, build, n].append(
@@ -661,6 +685,13 @@ def main() -> None:
                     "vs_user_script": spans_per_s / results["user_script"]["spans_per_s"],
                     "vs_sdk": spans_per_s / results["sdk_baseline"]["spans_per_s"],
                     "vs_its_raw_read": spans_per_s / raw_rows_per_s,
+                    "bridge_read": {
+                        kind: {
+                            "rows_per_s": statistics.median(r["rows_per_s"] for r in bridge_read[driver, tuples]),
+                            "cpu_us_per_row": statistics.median(r["cpu_us_per_row"] for r in bridge_read[driver, tuples]),
+                        }
+                        for kind, tuples in (("tuples", True), ("rows", False))
+                    },
                     "all": {"backfill": backfill[driver], "raw_read": raw[driver]},
                     "variants": {
                         f"{build} x{n}": {
@@ -756,6 +787,19 @@ def print_table(results: dict) -> None:
         rows += [
             (f"backfill, {driver}", f"{d['backfill_spans_per_s']:,.0f} spans/s", f"peak RSS {d['peak_rss_mib']:.0f} MiB"),
             (f"raw read, {driver}", f"{d['raw_read_rows_per_s']:,.0f} rows/s", ""),
+            *(
+                (
+                    f"the bridge's read, {driver}, {label}",
+                    f"{d['bridge_read'][kind]['rows_per_s']:,.0f} rows/s",
+                    f"{d['bridge_read'][kind]['cpu_us_per_row']:.1f} us CPU a row",
+                )
+                for kind, label in (("tuples", "the driver's tuples"), ("rows", "SQLAlchemy rows"))
+            ),
+            (
+                f"the bridge's read {driver}, tuples / rows",
+                f"{d['bridge_read']['rows']['cpu_us_per_row'] / d['bridge_read']['tuples']['cpu_us_per_row']:.2f}x less CPU",
+                "",
+            ),
             (f"backfill {driver} / user's script", f"{d['vs_user_script']:.2f}x", "target >= 3x"),
             (f"backfill {driver} / SDK path", f"{d['vs_sdk']:.2f}x", ""),
             (f"backfill {driver} / its raw read", f"{d['vs_its_raw_read']:.2f}x", "target >= 0.6x"),
