@@ -7,15 +7,17 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections import Counter
 from datetime import datetime
 
 from conftest import received_roots, write_config
 from servers import Receiver, wait_for
 
-from run_otel.ops.backfill_workers import split
+from run_otel.config import load_config
+from run_otel.ops.backfill_workers import Running, split
 from run_otel.ops.demo import generate, insert_workload
-from run_otel.pipeline.backfill import Plan
+from run_otel.pipeline.backfill import Plan, Window
 
 
 def test_the_parts_are_contiguous_cover_the_range_and_are_never_empty():
@@ -54,6 +56,7 @@ def _backfill(config, *extra: str) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env={**os.environ, "RUN_OTEL_LOG__LEVEL": "DEBUG"},
     )
 
 
@@ -63,8 +66,8 @@ def _spans(receiver: Receiver) -> Counter:
 
 def test_two_workers_send_the_same_spans_as_one_each_part_in_id_order(agent_db, tmp_path):
     ids = _seed(agent_db, 600)
-    one, two = Receiver(), Receiver()
-    one.start(), two.start()
+    one, two, three = Receiver(), Receiver(), Receiver()
+    one.start(), two.start(), three.start()
     try:
         single = _backfill(_config(agent_db, tmp_path, one, "one"))
         out_single, err = single.communicate(timeout=300)
@@ -81,9 +84,35 @@ def test_two_workers_send_the_same_spans_as_one_each_part_in_id_order(agent_db, 
         for low, high in (first_part, second_part):
             in_part = [run_id for run_id in order if low <= run_id <= high]
             assert in_part and in_part == sorted(in_part)
-        assert "2 workers" in err_split  # the precondition: the split path ran (interleaving depends on timing)
+        # The precondition: the split path ran (interleaving depends on timing), its parts forked.
+        assert "2 workers" in err_split and "2 worker processes, started by fork" in err_split
+        # Spawned parts, as beside another thread, send the same spans too.
+        busy = threading.Event()
+        beside = threading.Thread(target=busy.wait, daemon=True)
+        beside.start()
+        config = load_config(_config(agent_db, tmp_path, three, "three"), environ={})
+        running = Running(config, Window(), Plan(1, max(ids.values()), "ids"), 2)
+        tally = running.wait(lambda _tally: None)
+        busy.set()
+        assert running.method == "spawn" and tally.resume_from() is None and not tally.errors()
+        assert _spans(three) == _spans(one)
     finally:
-        one.stop(), two.stop()
+        one.stop(), two.stop(), three.stop()
+
+
+def test_the_parts_fork_from_a_lone_thread_and_spawn_beside_another():
+    program = (
+        "import threading\n"
+        "from run_otel.ops.backfill_workers import start_method\n"
+        "print(start_method())\n"
+        "done = threading.Event()\n"
+        "threading.Thread(target=done.wait).start()\n"
+        "print(start_method())\n"
+        "done.set()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["fork", "spawn"]
 
 
 def test_a_stopped_split_backfill_names_a_resume_id_before_which_every_run_was_sent(agent_db, tmp_path):

@@ -4,6 +4,7 @@ renders what this returns."""
 
 from __future__ import annotations
 
+import logging
 import signal
 import time
 from collections.abc import Callable
@@ -17,6 +18,8 @@ from ..mapping.span_data import trace_id_for
 from ..pipeline.backfill import Plan, Window, order_warning, plan, resume_hint
 from ..pipeline.results import PollResult
 from ..source.reader import SourceError
+
+log = logging.getLogger(__name__)
 
 # Given a label and the ids to read, a context that yields the function told (ids read, rate).
 Progress = Callable[[str, int], AbstractContextManager[Callable[[int, str], None]]]
@@ -94,7 +97,7 @@ def run_backfill(
 def _run_in_parts(
     config: Config, window: Window, ids: tuple[int | None, int | None, bool], progress: Progress, workers: int
 ) -> BackfillOutcome:
-    from .backfill_workers import Tally, run_parts
+    from .backfill_workers import Running, Tally
 
     source = build_source(config)
     try:
@@ -106,13 +109,16 @@ def _run_in_parts(
     if ids_plan.empty:
         return outcome
     label = f"backfill ids {ids_plan.first_id}..{ids_plan.last_id}, {workers} workers"
+    # Started before the progress bar, whose drawing thread would make a fork unsafe.
+    running = Running(config, window, ids_plan, workers)
+    log.debug("backfill: %d worker processes, started by %s", workers, running.method)
     with progress(label, ids_plan.last_id - ids_plan.first_id + 1) as advance:
 
         def on_progress(tally: Tally) -> None:
             rate = tally.total.spans / max(time.monotonic() - started, 1e-9)
             advance(tally.ids_read(), f"{rate:,.0f} spans/s")
 
-        tally, stopped = run_parts(config, window, ids_plan, workers, on_progress)
+        tally, stopped = running.wait(on_progress), running.stopped
     outcome.total, outcome.seconds = tally.total, time.monotonic() - started
     outcome.first_trace, outcome.last_trace = tally.first_trace(), tally.last_trace()
     resume_from = tally.resume_from()
