@@ -3,6 +3,8 @@ resume line before which every id was sent."""
 
 from __future__ import annotations
 
+import errno
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -15,6 +17,7 @@ from conftest import received_roots, write_config
 from servers import Receiver, wait_for
 
 from run_otel.config import load_config
+from run_otel.ops.backfill_job import run_backfill
 from run_otel.ops.backfill_workers import Running, split
 from run_otel.ops.demo import generate, insert_workload
 from run_otel.pipeline.backfill import Plan, Window
@@ -113,6 +116,45 @@ def test_the_parts_fork_from_a_lone_thread_and_spawn_beside_another():
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["fork", "spawn"]
+
+
+def test_a_part_that_cannot_start_stops_the_parts_already_started_and_names_the_resume_line(agent_db, tmp_path, monkeypatch):
+    ids = _seed(agent_db, 50)
+    config = load_config(
+        write_config(
+            tmp_path / "c.toml",
+            {
+                "source": {"url": agent_db.url},
+                "state": {"url": f"sqlite:///{tmp_path / 'state.db'}"},
+                "export": {"endpoint": "127.0.0.1:9"},
+                "metrics": {"enabled": False},
+            },
+        ),
+        environ={},
+    )
+    started: list = []
+    real_start = multiprocessing.process.BaseProcess.start
+
+    def start_or_run_out(process) -> None:
+        if started:  # the kernel's answer when it is out of processes
+            raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+        real_start(process)
+        started.append(process)
+
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", start_or_run_out)
+    before = signal.getsignal(signal.SIGTERM)
+    busy = threading.Event()  # another thread: the parts are spawned, and die of SIGTERM while they import
+    threading.Thread(target=busy.wait, daemon=True).start()
+    try:
+        outcome = run_backfill(config, Window(), (1, None, False), False, progress=None, workers=2)  # type: ignore[arg-type]
+    finally:
+        busy.set()
+    assert len(started) == 1  # the precondition: one part ran when the second failed
+    started[0].join(timeout=30)
+    assert started[0].exitcode == -signal.SIGTERM
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert outcome.failure is not None and "could not start 2 worker processes" in outcome.failure
+    assert f"resume with --from-id 1 --to-id {max(ids.values())}" in outcome.failure
 
 
 def test_a_stopped_split_backfill_names_a_resume_id_before_which_every_run_was_sent(agent_db, tmp_path):

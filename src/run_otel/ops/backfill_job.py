@@ -110,7 +110,12 @@ def _run_in_parts(
         return outcome
     label = f"backfill ids {ids_plan.first_id}..{ids_plan.last_id}, {workers} workers"
     # Started before the progress bar, whose drawing thread would make a fork unsafe.
-    running = Running(config, window, ids_plan, workers)
+    try:
+        running = Running(config, window, ids_plan, workers)
+    except OSError as exc:  # the machine is out of processes or memory; the parts started are stopped
+        resume = resume_hint(outcome.read_to, ids_plan.last_id)
+        outcome.failure = f"could not start {workers} worker processes ({exc}); try fewer --workers: {resume}"
+        return outcome
     log.debug("backfill: %d worker processes, started by %s", workers, running.method)
     with progress(label, ids_plan.last_id - ids_plan.first_id + 1) as advance:
 

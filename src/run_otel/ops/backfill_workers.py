@@ -110,8 +110,13 @@ class Running:
         self.stopped = False
         self._owner = os.getpid()
         self._previous = signal.signal(signal.SIGTERM, self._stop)
-        for process in self._processes:
-            process.start()
+        try:
+            for process in self._processes:
+                process.start()
+        except BaseException:  # out of processes or memory: none of the parts may run on alone
+            self._stop()
+            signal.signal(signal.SIGTERM, self._previous)
+            raise
 
     def _stop(self, *_args: object) -> None:
         if os.getpid() != self._owner:
