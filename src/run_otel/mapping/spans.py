@@ -17,7 +17,7 @@ from ..source.memo import Memo
 from ..source.rows import RELEVANCE_LEVELS, RETRIEVAL_LAYERS, RunRow, ToolRow
 from . import attributes as A
 from .content import ContentPolicy
-from .documents import openinference_documents, retrieval_documents
+from .documents import RetrievalDocuments, openinference_documents
 from .limits import AttributeLimits
 from .span_data import (
     MAX_DURATION_MS,
@@ -65,6 +65,7 @@ class Mapper:
         # Error messages repeat (the same timeout across thousands of calls): redact each once.
         self._error_texts = Memo(self._content.error_text, 1024)
         self._evidence_parser = EvidenceParser()
+        self._retrieval_documents = RetrievalDocuments()
 
     # -- the run ------------------------------------------------------------
 
@@ -222,7 +223,7 @@ class Mapper:
         if tool.retrieval_layer is not None:
             _put(attrs, A.GEN_AI_DATA_SOURCE_ID, tool.tool_name)
             if evidence is not None and evidence.paths:
-                attrs.append((A.GEN_AI_RETRIEVAL_DOCUMENTS, retrieval_documents(evidence, tool)))
+                attrs.append((A.GEN_AI_RETRIEVAL_DOCUMENTS, self._retrieval_documents(evidence, tool)))
         _put(attrs, A.TOOL_OUTPUT_LENGTH, tool.output_length)
         _put(attrs, A.TOOL_OUTPUT_TRUNCATED, None if tool.is_truncated is None else bool(tool.is_truncated))
         # The span treats an out-of-range duration as missing; so does its attribute.
