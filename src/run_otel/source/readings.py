@@ -10,7 +10,6 @@ that means nothing becomes None and a row warning naming it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
@@ -59,29 +58,43 @@ def as_count(value: Any) -> int | None:
     raise Unreadable(value)
 
 
-def _read(row: Any, table: str, columns: tuple[str, ...], reader: Callable[[Any], Any], warnings: list[str]) -> dict[str, Any]:
-    changed: dict[str, Any] = {}
-    for column in columns:
-        value = getattr(row, column)
+def _positions(fields: tuple[str, ...], flags: tuple[str, ...], counts: tuple[str, ...]) -> tuple:
+    """(index, column, reader) for each column read here: flags first, then counts."""
+    return tuple((fields.index(c), c, as_flag) for c in flags) + tuple((fields.index(c), c, as_count) for c in counts)
+
+
+_RUN_READS = _positions(RunRow._fields, (), _RUN_COUNTS)
+_TOOL_READS = _positions(ToolRow._fields, _TOOL_FLAGS, _TOOL_COUNTS)
+
+
+def _read(row: tuple, table: str, reads: tuple, warnings: list[str]) -> list | None:
+    """The row's values with the columns read, or None when each already was what it means.
+
+    By position, into a list made only on a change: it runs for every row of a backfill,
+    and a namedtuple's _replace by keyword cost more than the reading itself."""
+    values: list | None = None
+    for i, column, reader in reads:
+        value = row[i]
         try:
             read = reader(value)
         except Unreadable:
-            where = f"{table} {row.id}" if table == "tool_invocation" else table
+            where = f"{table} {row[0]}" if table == "tool_invocation" else table
             warnings.append(f"{where}: {column} {value!r} is not a {'boolean' if reader is as_flag else 'number'}; left out")
             read = None
         if read is not value:
-            changed[column] = read
-    return changed
+            if values is None:
+                values = list(row)
+            values[i] = read
+    return values
 
 
 def read_run(run: RunRow, warnings: list[str]) -> RunRow:
     """The run with its counts as ints (or None, with a warning)."""
-    changed = _read(run, "diagnosis_run", _RUN_COUNTS, as_count, warnings)
-    return run._replace(**changed) if changed else run
+    values = _read(run, "diagnosis_run", _RUN_READS, warnings)
+    return run if values is None else RunRow(*values)
 
 
 def read_tool(tool: ToolRow, warnings: list[str]) -> ToolRow:
     """The tool call with its flags as bools and its counts as ints (or None, with a warning)."""
-    changed = _read(tool, "tool_invocation", _TOOL_FLAGS, as_flag, warnings)
-    changed.update(_read(tool, "tool_invocation", _TOOL_COUNTS, as_count, warnings))
-    return tool._replace(**changed) if changed else tool
+    values = _read(tool, "tool_invocation", _TOOL_READS, warnings)
+    return tool if values is None else ToolRow(*values)
