@@ -14,7 +14,7 @@ from collections import Counter
 from datetime import datetime
 
 from conftest import received_roots, write_config
-from servers import Receiver, wait_for
+from servers import Receiver, free_port, wait_for
 
 from run_otel.config import load_config
 from run_otel.ops.backfill_job import run_backfill
@@ -174,6 +174,7 @@ def test_a_stopped_split_backfill_names_a_resume_id_before_which_every_run_was_s
         resume_from = int(last_line.split("--from-id ")[1].split()[0])
         sent = received_roots(receiver)
         assert 1 < resume_from <= max(ids.values())  # the precondition: it stopped part-way
+        assert f"every id before {resume_from} was sent" in last_line
         assert {trace for trace, run_id in ids.items() if run_id < resume_from} <= sent
         assert sent != set(ids)
         resumed = subprocess.run(
@@ -186,6 +187,25 @@ def test_a_stopped_split_backfill_names_a_resume_id_before_which_every_run_was_s
         wait_for(lambda: received_roots(receiver) == set(ids), 30, "every run after the resume")
     finally:
         receiver.stop()
+
+
+def test_a_split_backfill_that_could_send_nothing_claims_nothing_was_sent(agent_db, tmp_path):
+    ids = _seed(agent_db, 100)
+    config = write_config(
+        tmp_path / "down.toml",
+        {
+            "source": {"url": agent_db.url},
+            "state": {"url": f"sqlite:///{tmp_path / 'down.db'}"},
+            "export": {"endpoint": f"127.0.0.1:{free_port()}", "timeout_seconds": 2},
+            "metrics": {"enabled": False},
+        },
+    )
+    process = _backfill(config, "--workers", "2")
+    _out, err = process.communicate(timeout=300)
+    last_line = err.strip().splitlines()[-1]
+    assert process.returncode == 1 and last_line.startswith("run-otel: error: ids 1.."), err
+    assert f"resume with --from-id 1 --to-id {max(ids.values())}" in last_line
+    assert "was sent" not in last_line
 
 
 def test_with_metrics_asks_for_one_worker(tmp_path):

@@ -138,5 +138,6 @@ def _run_in_parts(
         return outcome
     resume = resume_hint(outcome.read_to, ids_plan.last_id)
     why = "; ".join(errors) if errors else ("stopped by SIGTERM" if stopped else "a worker stopped early")
-    outcome.failure = f"{why}; every id before {resume_from} was sent: {resume}"
+    sent = f"; every id before {resume_from} was sent" if resume_from > ids_plan.first_id else ""
+    outcome.failure = f"{why}{sent}: {resume}"
     return outcome
