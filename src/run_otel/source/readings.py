@@ -78,7 +78,7 @@ def _read(row: tuple, table: str, reads: tuple, warnings: list[str]) -> list | N
         try:
             read = reader(value)
         except Unreadable:
-            where = f"{table} {row[0]}" if table == "tool_invocation" else table
+            where = f"{table} {row[0]}" if table == "tool_invocation" else table  # both rows start with id
             warnings.append(f"{where}: {column} {value!r} is not a {'boolean' if reader is as_flag else 'number'}; left out")
             read = None
         if read is not value:
