@@ -70,7 +70,7 @@ DATABASE_SUMMARY = st.builds(
 
 @given(st.lists(st.tuples(st.one_of(DOCUMENT, DATABASE_SUMMARY), LEVEL), max_size=30))
 def test_the_documents_memo_gives_what_a_fresh_encoding_gives(rows):
-    parser, memo = EvidenceParser(size=3), RetrievalDocuments(size=3)  # small: both forget, ids get reused
+    parser, memo = EvidenceParser(size=3), RetrievalDocuments(size=3)  # small: both forget and fill again
     for details, level in rows + rows:
         parsed = parser.summarize(details, [], 1) if isinstance(details, str) else details
         if parsed is None or not parsed.paths:
