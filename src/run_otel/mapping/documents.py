@@ -37,19 +37,18 @@ class RetrievalDocuments:
     Its JSON took a seventh of a compiled backfill's main thread, though retrieval calls
     of one kind carry the same document again and again. Evidence holding refs is
     unhashable (a list), but the parser's memo hands out one shared Evidence per distinct
-    document, so its identity is the key; the entry holds the Evidence, so the id is not
-    reused while the entry lives. The database's summaries carry no refs and are keyed
-    by value. At most ``size`` entries, forgotten all at once."""
+    document, so its identity is the key; the entry holds the Evidence, so no other object
+    can take its id while the entry lives. The database's summaries carry no refs and are
+    keyed by value. At most ``size`` entries, forgotten all at once."""
 
     def __init__(self, size: int = 4096):
         self._values: dict[tuple, tuple[Evidence, str]] = {}
         self._size = size
 
     def __call__(self, evidence: Evidence, tool: ToolRow) -> str:
-        by_value = evidence.refs is None
-        key = (evidence if by_value else id(evidence), tool.relevance_level)
+        key = (evidence if evidence.refs is None else id(evidence), tool.relevance_level)
         hit = self._values.get(key)
-        if hit is not None and (by_value or hit[0] is evidence):
+        if hit is not None:
             return hit[1]
         value = retrieval_documents(evidence, tool)
         if len(self._values) >= self._size:
