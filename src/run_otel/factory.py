@@ -23,6 +23,7 @@ from .mapping.spans import Mapper
 from .pipeline.backfill_pass import BackfillPass
 from .pipeline.checkpoint import CheckpointStore
 from .pipeline.feedback import FeedbackPass
+from .pipeline.late_rows import LatePass
 from .pipeline.poller import Poller
 from .pipeline.results import Recorder
 from .pipeline.run_export import RunExporter
@@ -95,16 +96,19 @@ def build_exporter(parts: Parts) -> RunExporter:
 
 def build_poller(parts: Parts, keep_going: Callable[[], bool] = lambda: True, clock: Callable[[], float] | None = None) -> Poller:
     config = parts.config
+    exporter = build_exporter(parts)
+    late = LatePass(config.poll, parts.source, parts.store, exporter, parts.recorder) if config.poll.late_window_seconds else None
     return Poller(
         config.poll,
         config.shard,
         parts.source,
         parts.store,
-        build_exporter(parts),
+        exporter,
         parts.source_clock,
         parts.recorder,
         keep_feedback=config.feedback.enabled,
         keep_going=keep_going,
+        late=late,
         **({"clock": clock} if clock else {}),
     )
 

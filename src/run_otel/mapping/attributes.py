@@ -60,6 +60,10 @@ RUN_TOOL_CALL_COUNT = "diagnosis.run.tool_call_count"
 RUN_TOTAL_TOKEN_COUNT = "diagnosis.run.total_token_count"
 RUN_DURATION_MS = "diagnosis.run.duration_ms"
 RUN_INCOMPLETE = "diagnosis.run.incomplete"
+# On the span that brings the final outcome of a run first sent as incomplete.
+RUN_COMPLETED_LATE = "diagnosis.run.completed_late"
+# The span name's suffix of that span: "invoke_agent {agent} completed".
+COMPLETION_SUFFIX = "completed"
 RUN_QUERY = "diagnosis.run.query"
 RUN_ANSWER = "diagnosis.run.answer"
 RUN_PUBLISHED_RESULT = "diagnosis.run.published_result"

@@ -30,6 +30,7 @@ class _Batch:
     ready: list[RunRow]  # of those, this shard's finished or timed-out runs
     tools: dict[str, list[ToolRow]]
     outside_window: int
+    in_flight: int  # this shard's runs of the window not finished: the daemon's
 
     @property
     def incomplete(self) -> set[int]:
@@ -79,6 +80,7 @@ class BackfillPass:
                     self._exporter.note_status(run.status)
                 result = self._exporter.export(batch.ready, batch.incomplete, batch.tools)
                 result.outside_window = batch.outside_window
+                result.in_flight = batch.in_flight
                 if record_metrics:
                     self._recorder.runs_exported(result, self._clock())
                 total.add(result)
@@ -96,9 +98,10 @@ class BackfillPass:
             cursor = runs[-1].id
             now = self._clock()
             inside = [run for run in runs if created_in(run)]
-            ready = [r for r in inside if in_shard(r.run_id, self._shard) and self._finished(r, now)]
+            mine = [r for r in inside if in_shard(r.run_id, self._shard)]
+            ready = [r for r in mine if self._finished(r, now)]
             tools = self._read(partial(self._source.tools_for, [r.run_id for r in ready])) if ready else {}
-            yield _Batch(cursor, inside, ready, tools, len(runs) - len(inside))
+            yield _Batch(cursor, inside, ready, tools, len(runs) - len(inside), len(mine) - len(ready))
 
     def _finished(self, run: RunRow, now: float) -> bool:
         return is_terminal(run.status) or timed_out(self._source_clock.epoch(run.created_at), now, now, self._rules)

@@ -18,6 +18,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from ..config import Config
 from ..sharding import shard_name
 from ..source.engine import make_engine, safe_url
+from . import watch
+from .watch import Watched
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +81,7 @@ class CheckpointStore:
             return
         try:
             _metadata.create_all(self.engine)
+            watch.metadata.create_all(self.engine)
         except SQLAlchemyError as exc:
             # Two instances starting together (HA, shards) race to create the table.
             if self._table_exists():
@@ -177,8 +180,11 @@ class CheckpointStore:
                 out.append((name, checkpoint, float(saved_at)))
         return out
 
-    def save(self, checkpoint: Checkpoint, now: float, feedback: dict[str, str] | None = None) -> None:
-        """Saves the checkpoint and, in the same transaction, the feedback its runs were exported with."""
+    def save(
+        self, checkpoint: Checkpoint, now: float, feedback: dict[str, str] | None = None, watched: list[Watched] | None = None
+    ) -> None:
+        """Saves the checkpoint and, in the same transaction, the feedback its runs were exported
+        with and the runs whose traces are kept complete from now on."""
         values = {
             "format_version": FORMAT_VERSION,
             "high_water": checkpoint.high_water,
@@ -195,8 +201,28 @@ class CheckpointStore:
                     conn.execute(checkpoint_table.insert().values(name=self.name, **values))
                 if feedback:
                     self._record_feedback(conn, feedback, now)
+                if watched:
+                    watch.record(conn, self.name, watched)
         except SQLAlchemyError as exc:
             raise self._failed("cannot save the checkpoint", exc) from None
+
+    # -- runs watched after their export ---------------------------------------------
+
+    def watched(self, now: float) -> list[Watched]:
+        """The runs whose traces are still kept complete at ``now``."""
+        try:
+            return watch.load(self.engine, self.name, now)
+        except SQLAlchemyError as exc:
+            raise self._failed("is unreadable", exc) from None
+
+    def save_watch(self, updated: list[Watched], done: list[str], now: float) -> None:
+        """Records what the late pass sent, and ends the watches that are over."""
+        try:
+            with self.engine.begin() as conn:
+                watch.forget(conn, self.name, done, before=now)
+                watch.record(conn, self.name, updated)
+        except SQLAlchemyError as exc:
+            raise self._failed("cannot save the runs watched", exc) from None
 
     def _failed(self, what: str, exc: SQLAlchemyError) -> CheckpointError:
         """The error for a store that failed mid-use. Its pooled connections are dropped, so a

@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 from ..config import PollConfig
 from ..sharding import Shard, in_shard
@@ -21,9 +22,10 @@ from ..source.rows import RunRow
 from .checkpoint import Checkpoint, CheckpointStore
 from .gc_policy import BatchCollection
 from .guard import SourceGuard
+from .late_rows import LatePass
 from .results import PollResult, Recorder
 from .run_export import RunExporter
-from .transitions import Rules, advance, classify, expire_gaps, initial_checkpoint
+from .transitions import Rules, advance, classify, expire_gaps, in_flight_since, initial_checkpoint, take_over
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +43,7 @@ class Poller:
         keep_feedback: bool = False,
         clock: Callable[[], float] = time.time,
         keep_going: Callable[[], bool] = lambda: True,
+        late: LatePass | None = None,
     ):
         self._poll = poll
         # Feedback the root already carries is saved with the checkpoint when the feedback pass runs.
@@ -49,6 +52,8 @@ class Poller:
         self._store = store
         self._exporter = exporter
         self._recorder = recorder
+        # Keeps exported runs' traces complete after the poll; None when poll.late_window_seconds is 0.
+        self._late = late
         self._clock = clock
         self._source_clock = source_clock
         self._rules = Rules.from_config(poll)
@@ -78,6 +83,8 @@ class Poller:
                     if not result.full_batch or self.stop_requested.is_set() or not self._keep_going():
                         break
                     collection.after_batch()
+            if self._late is not None:
+                self._late.run()
         except Exception:
             self._recorder.poll_finished(self._clock() - started, ok=False, pending=self._checkpoint_pending)
             self._record_backlog()  # an outage is when the backlog matters most
@@ -119,7 +126,8 @@ class Poller:
         # Feedback the root already carries is recorded with the checkpoint, in one transaction:
         # the feedback recheck then sends only what is set or changed after the export.
         rated = {run.run_id: run.feedback for run in decided.to_export if run.feedback is not None} if self._feedback else {}
-        self._store.save(following, acked_at, rated)
+        watched = self._late.watch(result.runs, acked_at) if self._late is not None else None
+        self._store.save(following, acked_at, rated, watched)
         self._high_water = following.high_water
         result.pending, result.gaps = len(following.pending), len(following.gaps)
         result.full_batch = len(new_runs) >= self._poll.batch_size
@@ -148,6 +156,8 @@ class Poller:
             return saved
         start = self._poll.start_from
         checkpoint = initial_checkpoint(start, self._source.max_run_id() if start == "now" else 0)
+        if start == "now":
+            self._take_over_in_flight(checkpoint)
         # From "beginning" a lost checkpoint only re-sends; from "now" or an id it may skip runs.
         level = logging.INFO if start == "beginning" else logging.WARNING
         log.log(
@@ -159,6 +169,26 @@ class Poller:
             start,
         )
         return checkpoint
+
+    def _take_over_in_flight(self, checkpoint: Checkpoint) -> None:
+        """A first start from "now" sets the mark at the newest run: the runs below it still in
+        flight would be skipped, by the poll and by a backfill that runs before they finish."""
+        now = self._clock()
+        since = self._source_clock.naive(datetime.fromtimestamp(in_flight_since(now, self._rules), UTC))
+        cursor = self._source.first_id_created_at_or_after(since) - 1
+        taken = 0
+        while cursor < checkpoint.high_water:
+            runs = self._source.runs_after(cursor, self._poll.batch_size, until_id=checkpoint.high_water)
+            if not runs:
+                break
+            taken += take_over(checkpoint, [r for r in runs if self._in_shard(r)], now, self._rules, self._source_clock)
+            cursor = runs[-1].id
+        if taken:
+            log.info(
+                "first start: %d run(s) below run id %d still in flight are pending; each is sent when it finishes",
+                taken,
+                checkpoint.high_water,
+            )
 
     def _check_zone_once(self) -> None:
         """Logs a wrong-looking source.timezone once, and stops trusting the timestamps for timeouts."""

@@ -42,6 +42,29 @@ def initial_checkpoint(start_from: str, newest_id: int) -> Checkpoint:
     return Checkpoint(high_water=int(start_from) - 1)
 
 
+# With run_timeout_seconds = 0 (wait forever), a first start from "now" takes over the runs in flight of this long.
+IN_FLIGHT_LOOKBACK_SECONDS = 86_400.0
+
+
+def in_flight_since(now: float, rules: Rules) -> float:
+    """How far back a first start from "now" looks for runs in flight: a run older than
+    ``run_timeout_seconds`` would be sent as incomplete anyway, and a backfill sends it."""
+    return now - (rules.run_timeout_seconds or IN_FLIGHT_LOOKBACK_SECONDS)
+
+
+def take_over(checkpoint: Checkpoint, runs: Sequence[RunRow], now: float, rules: Rules, clock: SourceClock) -> int:
+    """Adds the runs below a first start's mark that are still running, or finished but not
+    settled, to the pending runs: the daemon exports them when they finish. Returns how many."""
+    settled_before = now - rules.settle_seconds
+    taken = 0
+    for run in runs:
+        updated = clock.epoch(run.updated_at)
+        if not is_terminal(run.status) or (updated is not None and updated > settled_before):
+            checkpoint.pending[run.id] = now
+            taken += 1
+    return taken
+
+
 def advance(checkpoint: Checkpoint, new_ids: Sequence[int], now: float) -> int:
     """Moves the high-water mark over ``new_ids`` (ascending) and records the ids
     they skipped as gaps first missed at ``now``. Returns the gaps not tracked."""

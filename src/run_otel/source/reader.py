@@ -74,6 +74,11 @@ def _without_processing(statement: Select, dialect: Dialect) -> bool:
     return all(dialect.type_descriptor(c.type).result_processor(dialect, None) is None for c in statement.selected_columns)
 
 
+def _text(value: object) -> str:
+    """A run_id as text: a VARBINARY column hands over bytes."""
+    return value.decode("utf-8", "replace") if isinstance(value, (bytes, bytearray)) else str(value)
+
+
 def _chunks(values: Sequence, size: int) -> Iterator[Sequence]:
     for start in range(0, len(values), size):
         yield values[start : start + size]
@@ -290,7 +295,7 @@ class Source:
 
     def tools_for(self, run_ids: Iterable[str]) -> dict[str, list[ToolRow]]:
         """Tool rows by run_id, in id order: one ``run_id IN (...)`` query per chunk."""
-        wanted = sorted(set(run_ids))
+        wanted = sorted({_text(run_id) for run_id in run_ids})
         by_run: dict[str, list[ToolRow]] = {run_id: [] for run_id in wanted}
         # MySQL's default collations compare case-insensitively, so IN may
         # return 'RUN-A' for 'run-a'; file such rows under the id that was asked.
@@ -301,10 +306,25 @@ class Source:
             )
             for row in self._fetch(stmt, bulk=True):
                 tool = self._tool_row(row)
-                key = tool.run_id if tool.run_id in by_run else folded.get(tool.run_id.casefold())
+                run_id = _text(tool.run_id)
+                key = run_id if run_id in by_run else folded.get(run_id.casefold())
                 if key is not None:
                     by_run[key].append(tool)
         return by_run
+
+    def tool_ids_for(self, run_ids: Iterable[str]) -> dict[str, set[int]]:
+        """The tool row ids of each run: read from idx_tool_invocation_run_id alone, never the rows."""
+        wanted = sorted({_text(run_id) for run_id in run_ids})
+        out: dict[str, set[int]] = {run_id: set() for run_id in wanted}
+        folded = {run_id.casefold(): run_id for run_id in wanted}
+        column = tool_invocation.c
+        for chunk in _chunks(wanted, self._chunk):
+            for tool_id, run_id in self._fetch(select(column.id, column.run_id).where(column.run_id.in_(chunk))):
+                run_id = _text(run_id)
+                key = run_id if run_id in out else folded.get(run_id.casefold())
+                if key is not None:
+                    out[key].add(int(tool_id))
+        return out
 
     def close(self) -> None:
         self.engine.dispose()

@@ -20,6 +20,11 @@ _FALSE = frozenset({"0", "false", "f", "no", "n", "off"})
 _RUN_COUNTS = ("total_duration_ms", "total_token_count", "step_count", "tool_call_count")
 _TOOL_COUNTS = ("step_id", "output_length", "l0_match_count", "l1_match_count", "duration_ms")
 _TOOL_FLAGS = ("success", "is_truncated")
+# Text columns: a BLOB or VARBINARY hands over bytes, which the mapper (compiled: its annotations) refuses.
+_RUN_TEXTS: tuple[str, ...] = ("run_id", "session_id", "status", "agent_flow", "intent", "release_outcome", "feedback")
+_RUN_TEXTS += ("query", "answer", "published_result")
+_TOOL_TEXTS: tuple[str, ...] = ("run_id", "tool_name", "retrieval_layer", "relevance_level", "dedup_reason")
+_TOOL_TEXTS += ("retrieval_details", "error_message", "input_params", "output_preview")
 
 
 class Unreadable(ValueError):
@@ -43,6 +48,14 @@ def as_flag(value: Any) -> bool | None:
     raise Unreadable(value)
 
 
+def as_text(value: Any) -> Any:
+    """Bytes as UTF-8 text, invalid sequences replaced; anything else as it is (a summary of the
+    evidence is an object, a drifted number stays for the mapper to name)."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).decode("utf-8", "replace")
+    return value
+
+
 def as_count(value: Any) -> int | None:
     """An integer from an int, a whole float or decimal, or text holding one; None stays None."""
     if value is None or (isinstance(value, int) and not isinstance(value, bool)):
@@ -58,13 +71,17 @@ def as_count(value: Any) -> int | None:
     raise Unreadable(value)
 
 
-def _positions(fields: tuple[str, ...], flags: tuple[str, ...], counts: tuple[str, ...]) -> tuple:
-    """(index, column, reader) for each column read here: flags first, then counts."""
-    return tuple((fields.index(c), c, as_flag) for c in flags) + tuple((fields.index(c), c, as_count) for c in counts)
+def _positions(fields: tuple[str, ...], flags: tuple[str, ...], counts: tuple[str, ...], texts: tuple[str, ...]) -> tuple:
+    """(index, column, reader) for each column read here: flags, counts, then texts."""
+    return (
+        tuple((fields.index(c), c, as_flag) for c in flags)
+        + tuple((fields.index(c), c, as_count) for c in counts)
+        + tuple((fields.index(c), c, as_text) for c in texts)
+    )
 
 
-_RUN_READS = _positions(RunRow._fields, (), _RUN_COUNTS)
-_TOOL_READS = _positions(ToolRow._fields, _TOOL_FLAGS, _TOOL_COUNTS)
+_RUN_READS = _positions(RunRow._fields, (), _RUN_COUNTS, _RUN_TEXTS)
+_TOOL_READS = _positions(ToolRow._fields, _TOOL_FLAGS, _TOOL_COUNTS, _TOOL_TEXTS)
 
 
 def _read(row: tuple, table: str, reads: tuple, warnings: list[str]) -> list | None:
@@ -75,6 +92,8 @@ def _read(row: tuple, table: str, reads: tuple, warnings: list[str]) -> list | N
     values: list | None = None
     for i, column, reader in reads:
         value = row[i]
+        if value is None or (reader is as_text and type(value) is str):
+            continue  # the common case, without a call
         try:
             read = reader(value)
         except Unreadable:

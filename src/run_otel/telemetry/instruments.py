@@ -93,6 +93,13 @@ DROPPED_SPANS = Instrument(
     "Spans run-otel gave up on after splitting and cutting failed, so the runs behind them could go on.",
     ("reason",),
 )
+LATE_ROWS = Instrument(
+    "run_otel.late.rows",
+    COUNTER,
+    "{row}",
+    "Rows sent into a trace after its first export: tool rows committed late, and the finish of a run sent as incomplete.",
+    ("kind",),
+)
 EXPORT_FAILURES = Instrument("run_otel.export.failures", COUNTER, "{batch}", "Batches the receiver did not acknowledge.")
 ROW_WARNINGS = Instrument("run_otel.row.warnings", COUNTER, "{warning}", "Bad values in source rows, mapped around.")
 POLL_DURATION = Instrument("run_otel.poll.duration", HISTOGRAM, "s", "Time per poll, all batches.", ("outcome",))
@@ -120,6 +127,7 @@ HEALTH_INSTRUMENTS = (
     EXPORTED_SPANS,
     REJECTED_SPANS,
     DROPPED_SPANS,
+    LATE_ROWS,
     EXPORT_FAILURES,
     ROW_WARNINGS,
     POLL_DURATION,

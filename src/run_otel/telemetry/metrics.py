@@ -28,6 +28,7 @@ from ..config import Config
 from ..mapping import attributes as A
 from ..mapping.span_data import MAX_DURATION_MS, root_span_id_for, tool_span_id_for, trace_id_for
 from ..pipeline.poller import PollResult, Recorder
+from ..pipeline.results import LateRun
 from ..sharding import shard_name
 from ..source.rows import (
     INTENTS,
@@ -46,6 +47,8 @@ log = logging.getLogger(__name__)
 
 NONE = "none"
 OTHER = "other"
+# run_otel_late_rows_total's kinds: a tool row committed after its run's export, a run sent incomplete that finished.
+LATE_KINDS = ("tool", "completion")
 
 
 def label(value: object, known: frozenset | None = None) -> str:
@@ -113,6 +116,8 @@ class BridgeMetrics(Recorder):
         self._get(I.REJECTED_SPANS).add(0)
         self._get(I.ROW_WARNINGS).add(0)
         self._get(I.DROPPED_SPANS).add(0, I.DROPPED_SPANS.labelled("too_large"))
+        for kind in LATE_KINDS:
+            self._get(I.LATE_ROWS).add(0, I.LATE_ROWS.labelled(kind))
         # 0 until the poller finds the source behind the checkpoint: the panel reads 0, not "No data".
         self._get(I.CHECKPOINT_AHEAD).set(0, I.CHECKPOINT_AHEAD.labelled(self._shard))
 
@@ -177,6 +182,17 @@ class BridgeMetrics(Recorder):
         for row in rows:
             feedback = self._feedback.label_of(row.feedback) or OTHER
             self._get(I.FEEDBACK).add(1, I.FEEDBACK.labelled(feedback, label(row.intent, INTENTS)))
+
+    def late_sent(self, runs: Sequence[LateRun]) -> None:
+        """Late tool rows count as tool invocations too: they were not counted at the run's export."""
+        for item in runs:
+            trace_id = trace_id_for(item.run.run_id)
+            for tool in item.late_tools:
+                self._record_tool(tool, trace_id, tool_span_id_for(item.run.run_id, tool.id))
+            if item.late_ids:
+                self._get(I.LATE_ROWS).add(len(item.late_ids), I.LATE_ROWS.labelled("tool"))
+            if item.completed:
+                self._get(I.LATE_ROWS).add(1, I.LATE_ROWS.labelled("completion"))
 
     def spans_dropped(self, reason: str, count: int) -> None:
         self._get(I.DROPPED_SPANS).add(count, I.DROPPED_SPANS.labelled(reason))
