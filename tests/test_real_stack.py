@@ -11,11 +11,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from conftest import bridge_sections, run_cli, utc_now_naive, write_config
-from helpers import assert_trace_matches, expected_traces, seed
+from helpers import add_run, add_tool, assert_trace_matches, expected_traces, new_run_id, seed
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 from servers import Collector, Jaeger, Receiver, wait_for
+
+from run_otel.mapping.span_data import trace_id_for
 
 SERVICE = "diagnosis-agent"
 
@@ -397,3 +399,50 @@ def test_each_refused_log_batch_is_counted_and_warned_about_once(stack, tmp_path
     assert len(refused) == 2  # each refused batch counted (run_otel_export_failures_total in the daemon)
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "UNIMPLEMENTED" in warnings[0].getMessage()
+
+
+def test_a_late_tool_row_and_a_late_finish_show_in_jaeger_under_one_root(stack, agent_db, tmp_path):
+    jaeger, collector, _tempo = stack
+    config = config_path(agent_db, tmp_path, collector)
+    conn = agent_db.server.root(agent_db.name)
+    finished, stuck = new_run_id(), new_run_id()
+    recent = utc_now_naive() - timedelta(seconds=10)
+    add_run(conn, finished, tool_call_count=2, total_duration_ms=5000, created_at=recent, updated_at=recent)
+    add_tool(conn, finished, duration_ms=10, created_at=recent)
+    add_run(conn, stuck, status="RUNNING")  # two hours old: sent as incomplete
+    conn.commit()
+    assert run_cli("once", "--config", config).returncode == 0
+    finished_trace, stuck_trace = trace_id_for(finished).hex(), trace_id_for(stuck).hex()
+    jaeger_trace(jaeger, finished_trace, 2)
+    jaeger_trace(jaeger, stuck_trace, 1)
+
+    # Called during the run, committed after its export.
+    add_tool(conn, finished, duration_ms=20, created_at=recent + timedelta(seconds=3))
+    add_tool(conn, stuck, duration_ms=30)
+    with conn.cursor() as cur:
+        cur.execute("UPDATE diagnosis_run SET status='FAILED', total_duration_ms=4000 WHERE run_id=%s", (stuck,))
+    conn.commit()
+    done = run_cli("once", "--config", config)
+    assert done.returncode == 0, done.stderr
+
+    late = jaeger_trace(jaeger, finished_trace, 3)
+    assert sorted(span_ids(late).values()) == [1, 1, 1] and warnings_of(late) == [], warnings_of(late)
+    roots = [span for span in late["spans"] if not span.get("references")]
+    assert len(roots) == 1 and {span["operationName"] for span in late["spans"]} == {
+        "invoke_agent diagnosis-agent",
+        "execute_tool lookup_knowledge",
+    }
+    completed = jaeger_trace(jaeger, stuck_trace, 3)
+    assert sorted(span_ids(completed).values()) == [1, 1, 1]
+    # The run went on past the root it was sent with: Jaeger notes children outside it (its clock-skew and
+    # zero-length notes), but no duplicate span id and no orphan.
+    noted = " ".join(warnings_of(completed)).lower()
+    assert "duplicate" not in noted and "invalid parent" not in noted, noted
+    by_name = {span["operationName"]: span for span in completed["spans"]}
+    root, outcome = by_name["invoke_agent diagnosis-agent"], by_name["invoke_agent diagnosis-agent completed"]
+    root_tags = {t["key"]: t["value"] for t in root["tags"]}
+    tags = {t["key"]: t["value"] for t in outcome["tags"]}
+    assert root_tags["error.type"] == "run_incomplete"  # the root stays as it was sent: one copy
+    assert tags["diagnosis.run.status"] == "FAILED" and tags["error.type"] == "run_failed" and tags["error"] is True
+    assert outcome["references"][0]["spanID"] == root["spanID"]
+    conn.close()
