@@ -10,6 +10,7 @@ that means nothing becomes None and a row warning naming it.
 
 from __future__ import annotations
 
+from datetime import date
 from decimal import Decimal
 from typing import Any
 
@@ -49,10 +50,12 @@ def as_flag(value: Any) -> bool | None:
 
 
 def as_text(value: Any) -> Any:
-    """Bytes as UTF-8 text, invalid sequences replaced; anything else as it is (a summary of the
-    evidence is an object, a drifted number stays for the mapper to name)."""
+    """Bytes as UTF-8 text, invalid sequences replaced; a number or date (a column drifted to
+    INT, DATETIME) as its text; anything else, such as the database's evidence summary, as it is."""
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value).decode("utf-8", "replace")
+    if isinstance(value, (int, float, Decimal, date)):
+        return str(value)
     return value
 
 
