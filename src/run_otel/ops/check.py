@@ -243,8 +243,12 @@ def _check_checkpoint_ahead(config: Config, source: Source) -> Iterator[Finding]
         return  # reported by the state store and database checks
     finally:
         store.close()
+    next_id = source.next_run_id() if any(c.high_water > newest for _n, c, _s in shards) else None
     for name, checkpoint, saved_at in shards:
-        if checkpoint.high_water > newest:
+        if checkpoint.high_water > newest and next_id is not None and next_id > checkpoint.high_water:
+            detail = f"the newest runs (ids {newest + 1}..{checkpoint.high_water}) were deleted; AUTO_INCREMENT is at {next_id}"
+            yield Finding(OK, f"checkpoint {name}", f"high-water id {checkpoint.high_water}; {detail}, so no id is reused")
+        elif checkpoint.high_water > newest:
             shard = shard_from_name(name) or config.shard
             where = f"{name} in {store.describe()}"
             detail = behind_message(where, checkpoint.high_water, newest, source.describe(), shard, saved_at)

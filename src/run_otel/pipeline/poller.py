@@ -60,6 +60,7 @@ class Poller:
         self._zone_checked = False
         self._high_water: int | None = None
         self._checkpoint_pending = 0  # the last loaded checkpoint's, for the gauge when a poll fails
+        self._missed_once: set[int] = set()  # pending runs the last poll did not find
         self._shard = shard
         where = f"{store.name} in {store.describe()}"
         self._guard = SourceGuard(source, where, shard, recorder.checkpoint_ahead, store.saved_at)
@@ -104,6 +105,7 @@ class Poller:
         self._guard.check(checkpoint.high_water, new_runs, self._poll.batch_size)
         rechecked = self._source.runs_by_ids(checkpoint.pending.keys() | checkpoint.gaps.keys())
         following = checkpoint.copy()
+        self._drop_deleted(following, rechecked)
         dropped = advance(following, [run.id for run in new_runs], now)
         if dropped:
             log.warning("%d ids missing below run id %d; tracking only the last of them", dropped, new_runs[-1].id)
@@ -137,6 +139,25 @@ class Poller:
         except Exception:  # the batch is sent and checkpointed: a metric must not turn that into a failed poll
             log.exception("metrics: recording the exported runs failed; the runs were exported and checkpointed")
         return result
+
+    def _drop_deleted(self, checkpoint: Checkpoint, rechecked: list[RunRow]) -> None:
+        """Pending runs gone from the source (deleted by the agent) stay pending for good otherwise.
+        A run missed once is re-checked at the next poll; missed again, it is dropped."""
+        found = {run.id for run in rechecked}
+        missing = {run_pk for run_pk in checkpoint.pending if run_pk not in found}
+        deleted = sorted(missing & self._missed_once)
+        self._missed_once = missing - set(deleted)
+        if not deleted:
+            return
+        for run_pk in deleted:
+            del checkpoint.pending[run_pk]
+        shown = ", ".join(map(str, deleted[:10])) + (", …" if len(deleted) > 10 else "")
+        log.warning(
+            "%d pending run(s) were deleted from diagnosis_run before they finished (run id %s): no longer waited for",
+            len(deleted),
+            shown,
+        )
+        self._recorder.pending_deleted(len(deleted))
 
     def _record_backlog(self) -> None:
         """What is left after the poll: run ids above the checkpoint, and how much newer they are."""

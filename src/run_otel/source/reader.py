@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
-from sqlalchemy import Boolean, Dialect, Engine, Select, func, select, type_coerce
+from sqlalchemy import Boolean, Dialect, Engine, Select, func, select, text, type_coerce
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.expression import Executable
@@ -178,6 +178,17 @@ class Source:
     def max_run_id(self) -> int:
         rows = self._fetch(select(func.max(diagnosis_run.c.id)))
         return int(rows[0][0] or 0)
+
+    def next_run_id(self) -> int | None:
+        """The id the next inserted run gets (AUTO_INCREMENT), where the database says; None elsewhere.
+        Deleting the newest runs leaves it where it was; restoring an older backup moves it back."""
+        if self.engine.dialect.name != "mysql":
+            return None
+        t = text(
+            "SELECT AUTO_INCREMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = :name"
+        ).bindparams(name=diagnosis_run.name)
+        rows = self._fetch(t)
+        return int(rows[0][0]) if rows and rows[0][0] is not None else None
 
     def runs_after(self, high_water: int, limit: int, until_id: int | None = None) -> list[RunRow]:
         """Up to ``limit`` runs with id above ``high_water`` (and up to ``until_id``), by id."""

@@ -100,6 +100,12 @@ LATE_ROWS = Instrument(
     "Rows sent into a trace after its first export: tool rows committed late, and the finish of a run sent as incomplete.",
     ("kind",),
 )
+PENDING_DELETED = Instrument(
+    "run_otel.pending.deleted",
+    COUNTER,
+    "{run}",
+    "Pending runs deleted from the source before they finished, dropped after a re-check.",
+)
 EXPORT_FAILURES = Instrument("run_otel.export.failures", COUNTER, "{batch}", "Batches the receiver did not acknowledge.")
 ROW_WARNINGS = Instrument("run_otel.row.warnings", COUNTER, "{warning}", "Bad values in source rows, mapped around.")
 POLL_DURATION = Instrument("run_otel.poll.duration", HISTOGRAM, "s", "Time per poll, all batches.", ("outcome",))
@@ -128,6 +134,7 @@ HEALTH_INSTRUMENTS = (
     REJECTED_SPANS,
     DROPPED_SPANS,
     LATE_ROWS,
+    PENDING_DELETED,
     EXPORT_FAILURES,
     ROW_WARNINGS,
     POLL_DURATION,

@@ -115,6 +115,7 @@ class BridgeMetrics(Recorder):
         self._get(I.EXPORT_FAILURES).add(0)
         self._get(I.REJECTED_SPANS).add(0)
         self._get(I.ROW_WARNINGS).add(0)
+        self._get(I.PENDING_DELETED).add(0)
         self._get(I.DROPPED_SPANS).add(0, I.DROPPED_SPANS.labelled("too_large"))
         for kind in LATE_KINDS:
             self._get(I.LATE_ROWS).add(0, I.LATE_ROWS.labelled(kind))
@@ -193,6 +194,9 @@ class BridgeMetrics(Recorder):
                 self._get(I.LATE_ROWS).add(len(item.late_ids), I.LATE_ROWS.labelled("tool"))
             if item.completed:
                 self._get(I.LATE_ROWS).add(1, I.LATE_ROWS.labelled("completion"))
+
+    def pending_deleted(self, count: int) -> None:
+        self._get(I.PENDING_DELETED).add(count)
 
     def spans_dropped(self, reason: str, count: int) -> None:
         self._get(I.DROPPED_SPANS).add(count, I.DROPPED_SPANS.labelled(reason))
