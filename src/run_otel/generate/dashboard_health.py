@@ -205,6 +205,16 @@ def _series(d: Dashboard) -> Dashboard:
                 query(f"sum(rate({I.PENDING_DELETED.prometheus}{WHERE}[{RATE}])) * 60", "pending runs deleted"),
             )
         )
+        .with_panel(
+            panel(
+                "Database clock and time zone",
+                "s",
+                "The database's clock minus this host's (settle and export delay are measured on the database's), "
+                "and 1 while the newest rows do not fit source.timezone (readiness is down then; see the log).",
+                query(f"{I.CLOCK_OFFSET.prometheus}{WHERE}", "{{instance}} clock offset"),
+                query(f"{I.ZONE_SUSPECT.prometheus}{WHERE}", "{{instance}} source.timezone suspect"),
+            )
+        )
     )
 
 

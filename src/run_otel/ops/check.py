@@ -61,6 +61,7 @@ def run_checks(config: Config) -> Iterator[Finding]:
         yield from _check_indexes(source)
         yield from _check_privileges(source)
         yield from _check_timezone(config, source)
+        yield from _check_clock(config, source)
         yield from _check_feedback_values(config, source)
         yield from _check_checkpoint_ahead(config, source)
     finally:
@@ -175,6 +176,34 @@ def _check_privileges(source: Source) -> Iterator[Finding]:
         yield Finding(WARN, "privileges", f"the user can read beyond the two tables ({', '.join(sorted(set(wide)))})")
     if not writes and not wide:
         yield Finding(OK, "privileges", f"SELECT only, on {database}.diagnosis_run and {database}.tool_invocation")
+
+
+# NTP keeps synchronized hosts within milliseconds, and one round trip adds less than this: an
+# offset above it is a broken time sync, and it moves every span against the host's own logs.
+CLOCK_OFFSET_WARN_SECONDS = 1.0
+
+
+def _check_clock(config: Config, source: Source) -> Iterator[Finding]:
+    """The database's clock against this host's. From poll.settle_seconds (default 2 s) up, an
+    offset used to hold every run for the offset: the poll now measures it, but it still shows."""
+    try:
+        offset = source.clock_offset()
+    except SourceError as exc:
+        yield Finding(FAIL, "database clock", f"cannot read UTC_TIMESTAMP(): {exc}")
+        return
+    if offset is None:
+        return  # SQLite reads this host's clock
+    limit = max(CLOCK_OFFSET_WARN_SECONDS, min(config.poll.settle_seconds, 5.0))
+    where = "ahead of" if offset > 0 else "behind"
+    if abs(offset) > limit:
+        yield Finding(
+            WARN,
+            "database clock",
+            f"{abs(offset):.1f}s {where} this host's (over {limit:g}s): the spans' times are the database's, so they "
+            "sit that far from this host's logs and metrics; fix the time sync (NTP) of the one that is wrong",
+        )
+    else:
+        yield Finding(OK, "database clock", f"{abs(offset):.2f}s {where} this host's")
 
 
 def _check_timezone(config: Config, source: Source) -> Iterator[Finding]:

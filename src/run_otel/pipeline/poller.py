@@ -61,6 +61,7 @@ class Poller:
         self._high_water: int | None = None
         self._checkpoint_pending = 0  # the last loaded checkpoint's, for the gauge when a poll fails
         self._missed_once: set[int] = set()  # pending runs the last poll did not find
+        self._offset = 0.0  # the database's clock minus this host's, measured each poll
         self._shard = shard
         where = f"{store.name} in {store.describe()}"
         self._guard = SourceGuard(source, where, shard, recorder.checkpoint_ahead, store.saved_at)
@@ -75,6 +76,7 @@ class Poller:
         started = self._clock()
         total = PollResult()
         try:
+            self._measure_offset()
             with BatchCollection() as collection:
                 while True:
                     self.progress_at = time.monotonic()
@@ -100,7 +102,7 @@ class Poller:
         checkpoint = self._load_checkpoint()
         self._high_water, self._checkpoint_pending = checkpoint.high_water, len(checkpoint.pending)
         self._check_zone_once()
-        now = self._clock()
+        now = self._clock() + self._offset  # the database's time: settle and timeouts compare its timestamps
         new_runs = self._source.runs_after(checkpoint.high_water, self._poll.batch_size)
         self._guard.check(checkpoint.high_water, new_runs, self._poll.batch_size)
         rechecked = self._source.runs_by_ids(checkpoint.pending.keys() | checkpoint.gaps.keys())
@@ -135,7 +137,7 @@ class Poller:
         result.full_batch = len(new_runs) >= self._poll.batch_size
         result.next_settle_at = decided.next_settle_at
         try:
-            self._recorder.runs_exported(result, acked_at)
+            self._recorder.runs_exported(result, acked_at + self._offset)
         except Exception:  # the batch is sent and checkpointed: a metric must not turn that into a failed poll
             log.exception("metrics: recording the exported runs failed; the runs were exported and checkpointed")
         return result
@@ -211,6 +213,13 @@ class Poller:
                 checkpoint.high_water,
             )
 
+    def _measure_offset(self) -> None:
+        """The database's clock against this host's, once a poll: its timestamps are on its clock."""
+        offset = self._source.clock_offset(self._clock)
+        self._offset = offset or 0.0
+        if offset is not None:
+            self._recorder.clock_offset(offset)
+
     def _check_zone_once(self) -> None:
         """Logs a wrong-looking source.timezone once, and stops trusting the timestamps for timeouts."""
         if self._zone_checked:
@@ -218,9 +227,12 @@ class Poller:
         sample = self._source.clock_sample()
         self._zone_checked = True
         finding = zone_finding(sample, self._source_clock) if sample else None
-        if finding:
-            log.warning(finding.message(self._source_clock.zone_name))
+        message = finding.message(self._source_clock.zone_name) if finding else None
+        if message:
+            log.warning(message)
             self._rules = Rules.from_config(self._poll, trust_timestamps=False)
+        # Kept on a gauge and in readiness while it lasts, not only in one line.
+        self._recorder.zone_suspect(message)
 
     def _in_shard(self, run: RunRow) -> bool:
         return in_shard(run.run_id, self._shard)

@@ -24,8 +24,8 @@ class Rules:
     settle_seconds: float
     run_timeout_seconds: float
     gap_timeout_seconds: float
-    # False when the source's timestamps cannot be trusted (a wrong source.timezone):
-    # run timeouts then count from when the run was first seen.
+    # False when the source's timestamps cannot be trusted (a wrong source.timezone): run
+    # timeouts, and the settling of runs whose updated_at lies ahead, count from when first seen.
     trust_timestamps: bool = True
 
     @classmethod
@@ -118,6 +118,8 @@ def classify(
             continue
         if is_terminal(run.status):
             updated = clock.epoch(run.updated_at)
+            if updated is not None and updated > now and not rules.trust_timestamps:
+                updated = first_seen  # in the future under a wrong source.timezone: settle from when it was seen
             if updated is None or updated <= settled_before:
                 out.to_export.append(run)
             else:

@@ -8,8 +8,9 @@ it maps, never ``self_evaluation``, and user content only when capture is on.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Sequence
-from datetime import datetime, timedelta
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 from sqlalchemy import Boolean, Dialect, Engine, Select, func, select, text, type_coerce
@@ -180,14 +181,11 @@ class Source:
         return int(rows[0][0] or 0)
 
     def next_run_id(self) -> int | None:
-        """The id the next inserted run gets (AUTO_INCREMENT), where the database says; None elsewhere.
-        Deleting the newest runs leaves it where it was; restoring an older backup moves it back."""
+        """The next run's id (AUTO_INCREMENT): a delete leaves it, a restore moves it back. None on SQLite."""
         if self.engine.dialect.name != "mysql":
             return None
-        t = text(
-            "SELECT AUTO_INCREMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = :name"
-        ).bindparams(name=diagnosis_run.name)
-        rows = self._fetch(t)
+        query = "SELECT AUTO_INCREMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = :t"
+        rows = self._fetch(text(query).bindparams(t=diagnosis_run.name))
         return int(rows[0][0]) if rows and rows[0][0] is not None else None
 
     def runs_after(self, high_water: int, limit: int, until_id: int | None = None) -> list[RunRow]:
@@ -266,6 +264,17 @@ class Source:
             .order_by(run.id)
         )
         return [FeedbackRow(*row) for row in self._fetch(stmt)]
+
+    def clock_offset(self, clock: Callable[[], float] = time.time) -> float | None:
+        """The database's clock minus ``clock`` (this host's) mid round trip; None on SQLite (the host's clock)."""
+        if self.engine.dialect.name != "mysql":
+            return None
+        before = clock()
+        db_utc = self._fetch(select(func.utc_timestamp(6)))[0][0]
+        after = clock()
+        if not isinstance(db_utc, datetime):
+            return None
+        return db_utc.replace(tzinfo=UTC).timestamp() - (before + after) / 2
 
     def clock_sample(self) -> ClockSample | None:
         """The newest run's times and the database's clocks, for the time-zone check."""

@@ -106,6 +106,15 @@ PENDING_DELETED = Instrument(
     "{run}",
     "Pending runs deleted from the source before they finished, dropped after a re-check.",
 )
+CLOCK_OFFSET = Instrument(
+    "run_otel.source.clock_offset", GAUGE, "s", "The database's clock (UTC_TIMESTAMP()) minus this host's, each poll."
+)
+ZONE_SUSPECT = Instrument(
+    "run_otel.source.timezone_suspect",
+    GAUGE,
+    "{bool}",
+    "1 while the newest rows do not fit source.timezone (run times then count from when a run was seen).",
+)
 EXPORT_FAILURES = Instrument("run_otel.export.failures", COUNTER, "{batch}", "Batches the receiver did not acknowledge.")
 ROW_WARNINGS = Instrument("run_otel.row.warnings", COUNTER, "{warning}", "Bad values in source rows, mapped around.")
 POLL_DURATION = Instrument("run_otel.poll.duration", HISTOGRAM, "s", "Time per poll, all batches.", ("outcome",))
@@ -135,6 +144,8 @@ HEALTH_INSTRUMENTS = (
     DROPPED_SPANS,
     LATE_ROWS,
     PENDING_DELETED,
+    CLOCK_OFFSET,
+    ZONE_SUSPECT,
     EXPORT_FAILURES,
     ROW_WARNINGS,
     POLL_DURATION,

@@ -102,6 +102,7 @@ class BridgeMetrics(Recorder):
         # An HA standby does not poll; it is ready while it can reach the lease.
         self.standby = False
         self.checkpoint_ahead_runs = 0
+        self.zone_message: str | None = None  # why source.timezone looks wrong, while it does
         self._get(I.START_TIME).set(time.time())
         self._get(I.STANDBY).set(0)
         self._zero_run_counters()
@@ -194,6 +195,13 @@ class BridgeMetrics(Recorder):
                 self._get(I.LATE_ROWS).add(len(item.late_ids), I.LATE_ROWS.labelled("tool"))
             if item.completed:
                 self._get(I.LATE_ROWS).add(1, I.LATE_ROWS.labelled("completion"))
+
+    def clock_offset(self, seconds: float) -> None:
+        self._get(I.CLOCK_OFFSET).set(seconds)
+
+    def zone_suspect(self, message: str | None) -> None:
+        self.zone_message = message
+        self._get(I.ZONE_SUSPECT).set(1 if message else 0)
 
     def pending_deleted(self, count: int) -> None:
         self._get(I.PENDING_DELETED).add(count)
@@ -300,6 +308,8 @@ def readiness(metrics: BridgeMetrics, interval: float, clock: Callable[[], float
             return True, "ready: standby, another instance holds the lease"
         if metrics.checkpoint_ahead_runs:
             return False, f"not ready: the checkpoint is {metrics.checkpoint_ahead_runs} run ids ahead of the source; see the log"
+        if metrics.zone_message:
+            return False, f"not ready: {metrics.zone_message}"
         if not metrics.last_poll_ok:
             return False, "not ready: the last poll failed or none has finished yet"
         age = clock() - metrics.last_success
