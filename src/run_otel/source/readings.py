@@ -10,8 +10,8 @@ that means nothing becomes None and a row warning naming it.
 
 from __future__ import annotations
 
-from datetime import date
 from decimal import Decimal
+from operator import itemgetter
 from typing import Any
 
 from .rows import RunRow, ToolRow
@@ -50,13 +50,21 @@ def as_flag(value: Any) -> bool | None:
 
 
 def as_text(value: Any) -> Any:
-    """Bytes as UTF-8 text, invalid sequences replaced; a number or date (a column drifted to
-    INT, DATETIME) as its text; anything else, such as the database's evidence summary, as it is."""
+    """Bytes as UTF-8 text, invalid sequences replaced; anything else as it is."""
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value).decode("utf-8", "replace")
-    if isinstance(value, (int, float, Decimal, date)):
-        return str(value)
     return value
+
+
+def _texts(row: tuple, values: list | None, positions: tuple[int, ...]) -> list | None:
+    """``values`` with the text columns that arrived as bytes decoded."""
+    for i in positions:
+        value = row[i]
+        if type(value) in _BINARY:
+            if values is None:
+                values = list(row)
+            values[i] = as_text(value)
+    return values
 
 
 def as_count(value: Any) -> int | None:
@@ -74,17 +82,19 @@ def as_count(value: Any) -> int | None:
     raise Unreadable(value)
 
 
-def _positions(fields: tuple[str, ...], flags: tuple[str, ...], counts: tuple[str, ...], texts: tuple[str, ...]) -> tuple:
-    """(index, column, reader) for each column read here: flags, counts, then texts."""
-    return (
-        tuple((fields.index(c), c, as_flag) for c in flags)
-        + tuple((fields.index(c), c, as_count) for c in counts)
-        + tuple((fields.index(c), c, as_text) for c in texts)
-    )
+def _positions(fields: tuple[str, ...], flags: tuple[str, ...], counts: tuple[str, ...]) -> tuple:
+    """(index, column, reader) for each column read here: flags first, then counts."""
+    return tuple((fields.index(c), c, as_flag) for c in flags) + tuple((fields.index(c), c, as_count) for c in counts)
 
 
-_RUN_READS = _positions(RunRow._fields, (), _RUN_COUNTS, _RUN_TEXTS)
-_TOOL_READS = _positions(ToolRow._fields, _TOOL_FLAGS, _TOOL_COUNTS, _TOOL_TEXTS)
+_RUN_READS = _positions(RunRow._fields, (), _RUN_COUNTS)
+_TOOL_READS = _positions(ToolRow._fields, _TOOL_FLAGS, _TOOL_COUNTS)
+_RUN_TEXT_AT = tuple(RunRow._fields.index(c) for c in _RUN_TEXTS)
+_TOOL_TEXT_AT = tuple(ToolRow._fields.index(c) for c in _TOOL_TEXTS)
+# The text columns' values in one C call: the check for bytes runs on every row.
+_run_texts = itemgetter(*_RUN_TEXT_AT)
+_tool_texts = itemgetter(*_TOOL_TEXT_AT)
+_BINARY = frozenset({bytes, bytearray, memoryview})
 
 
 def _read(row: tuple, table: str, reads: tuple, warnings: list[str]) -> list | None:
@@ -95,8 +105,8 @@ def _read(row: tuple, table: str, reads: tuple, warnings: list[str]) -> list | N
     values: list | None = None
     for i, column, reader in reads:
         value = row[i]
-        if value is None or (reader is as_text and type(value) is str):
-            continue  # the common case, without a call
+        if value is None:
+            continue  # NULL means NULL in any type, without a call
         try:
             read = reader(value)
         except Unreadable:
@@ -113,10 +123,14 @@ def _read(row: tuple, table: str, reads: tuple, warnings: list[str]) -> list | N
 def read_run(run: RunRow, warnings: list[str]) -> RunRow:
     """The run with its counts as ints (or None, with a warning)."""
     values = _read(run, "diagnosis_run", _RUN_READS, warnings)
+    if not _BINARY.isdisjoint(map(type, _run_texts(run))):  # a text column drifted to a binary type
+        values = _texts(run, values, _RUN_TEXT_AT)
     return run if values is None else RunRow(*values)
 
 
 def read_tool(tool: ToolRow, warnings: list[str]) -> ToolRow:
     """The tool call with its flags as bools and its counts as ints (or None, with a warning)."""
     values = _read(tool, "tool_invocation", _TOOL_READS, warnings)
+    if not _BINARY.isdisjoint(map(type, _tool_texts(tool))):
+        values = _texts(tool, values, _TOOL_TEXT_AT)
     return tool if values is None else ToolRow(*values)
