@@ -150,7 +150,7 @@ def test_deleting_the_newest_runs_is_no_restore(agent_db, otlp, tmp_path):
     assert ids(agent_db) == [1, 2, 3, 4]
     polled = run_cli("once", "--config", config)
     assert polled.returncode == 0, polled.stderr
-    assert "run ids 5..6 were deleted" in polled.stderr and "not a restore" in polled.stderr, polled.stderr
+    assert "run ids 5..6 deleted" in polled.stderr and "not a restore" in polled.stderr, polled.stderr
     check = run_cli("check", "--config", config)
     assert check.returncode == 0, check.stdout
     assert "checkpoint ahead of the source" not in check.stdout

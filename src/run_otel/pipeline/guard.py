@@ -100,11 +100,11 @@ class SourceGuard:
             return False
         if self.deleted_logged != (newest, high_water):
             self.deleted_logged = (newest, high_water)
+            ids = f"run id {high_water}" if newest + 1 == high_water else f"run ids {newest + 1}..{high_water}"
             log.warning(
-                "run ids %d..%d were deleted from %s (the newest run is id %d); AUTO_INCREMENT is at %d, so no new run "
+                "%s deleted from %s (the newest run is id %d); AUTO_INCREMENT is at %d, so no new run "
                 "reuses them: not a restore, nothing to do",
-                newest + 1,
-                high_water,
+                ids,
                 self.source.describe(),
                 newest,
                 next_id,

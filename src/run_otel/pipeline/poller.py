@@ -179,8 +179,6 @@ class Poller:
             return saved
         start = self._poll.start_from
         checkpoint = initial_checkpoint(start, self._source.max_run_id() if start == "now" else 0)
-        if start == "now":
-            self._take_over_in_flight(checkpoint)
         # From "beginning" a lost checkpoint only re-sends; from "now" or an id it may skip runs.
         level = logging.INFO if start == "beginning" else logging.WARNING
         log.log(
@@ -191,6 +189,8 @@ class Poller:
             checkpoint.high_water,
             start,
         )
+        if start == "now":
+            self._take_over_in_flight(checkpoint)
         return checkpoint
 
     def _take_over_in_flight(self, checkpoint: Checkpoint) -> None:
