@@ -68,3 +68,18 @@ def test_a_wrong_timezone_keeps_a_gauge_and_readiness_telling_and_holds_no_run_f
     backfill = run_cli("backfill", "--since", "1h", "--config", str(write_config(tmp_path / "c.toml", sections)))
     assert backfill.returncode == 0, backfill.stderr
     assert "the window looks shifted" in backfill.stderr, backfill.stderr
+
+
+def test_check_warns_of_a_database_clock_apart_from_settle_seconds_up(agent_db, receiver, tmp_path):
+    from run_otel.ops.check import OK, WARN, run_checks
+
+    config = bridge_config(agent_db, tmp_path, receiver.endpoint, poll={"settle_seconds": 2})
+
+    def clock_line(offset: float):
+        findings = run_checks(config, clock=lambda: time.time() - offset)
+        return next(f for f in findings if f.what == "database clock")
+
+    apart = clock_line(90)
+    assert apart.level == WARN and apart.detail.startswith("90.") and "ahead of this host's (over 2s)" in apart.detail
+    assert clock_line(-10).level == WARN and "behind" in clock_line(-10).detail
+    assert clock_line(0.5).level == OK  # within settle_seconds: what a round trip and NTP leave

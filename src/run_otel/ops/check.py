@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -38,7 +39,8 @@ class Finding:
     detail: str = ""
 
 
-def run_checks(config: Config) -> Iterator[Finding]:
+def run_checks(config: Config, clock: Callable[[], float] = time.time) -> Iterator[Finding]:
+    """Each check's verdict; ``clock`` is this host's, which the database's is compared with."""
     yield Finding(OK, "config", "valid")
     try:
         source = Source(config)
@@ -61,7 +63,7 @@ def run_checks(config: Config) -> Iterator[Finding]:
         yield from _check_indexes(source)
         yield from _check_privileges(source)
         yield from _check_timezone(config, source)
-        yield from _check_clock(config, source)
+        yield from _check_clock(config, source, clock)
         yield from _check_feedback_values(config, source)
         yield from _check_checkpoint_ahead(config, source)
     finally:
@@ -183,11 +185,11 @@ def _check_privileges(source: Source) -> Iterator[Finding]:
 CLOCK_OFFSET_WARN_SECONDS = 1.0
 
 
-def _check_clock(config: Config, source: Source) -> Iterator[Finding]:
+def _check_clock(config: Config, source: Source, clock: Callable[[], float]) -> Iterator[Finding]:
     """The database's clock against this host's. From poll.settle_seconds (default 2 s) up, an
     offset used to hold every run for the offset: the poll now measures it, but it still shows."""
     try:
-        offset = source.clock_offset()
+        offset = source.clock_offset(clock)
     except SourceError as exc:
         yield Finding(FAIL, "database clock", f"cannot read UTC_TIMESTAMP(): {exc}")
         return
