@@ -140,3 +140,24 @@ def test_a_run_settled_longer_ago_than_the_window_is_not_watched(agent_db, recei
     assert len(spans_of(receiver, run_id)) == 1
     parts.close()
     conn.close()
+
+
+def test_a_restart_inside_the_window_still_sends_a_late_tool_row(agent_db, receiver, tmp_path):
+    config = bridge_config(agent_db, tmp_path, receiver.endpoint)
+    run_id = new_run_id()
+    conn = agent_db.server.root(agent_db.name)
+    finished = utc_now_naive() - timedelta(seconds=10)
+    add_run(conn, run_id, created_at=finished, updated_at=finished)
+    conn.commit()
+    before = build_parts(config)
+    assert build_poller(before).poll().run_count == 1
+    before.close()  # the process stops; the watch is in the state store
+
+    add_tool(conn, run_id, created_at=finished)
+    conn.commit()
+    after = build_parts(config)
+    build_poller(after).poll()
+    after.close()
+    spans = spans_of(receiver, run_id)
+    assert len(spans) == 2 and Counter(span.span_id for span in spans)[root_span_id_for(run_id)] == 1
+    conn.close()

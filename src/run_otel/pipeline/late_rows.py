@@ -1,9 +1,9 @@
 """Keeping a run's trace complete after its first export.
 
 Each exported run is watched for ``poll.late_window_seconds`` after it settled
-(``watch.py``). Every poll then reads the tool row ids of the watched runs from
-``idx_tool_invocation_run_id`` alone, and re-reads the runs sent as incomplete
-by primary key:
+(``watch.py``). Every poll then reads the count and highest id of the watched
+runs' tool rows from ``idx_tool_invocation_run_id`` alone (one row a run), and
+re-reads the runs sent as incomplete by primary key:
 
 - a tool row that was not in the trace is sent as a span of the same trace,
   with the id it would have had at the first export, so nothing else changes;
@@ -55,6 +55,9 @@ class LatePass:
         self._recorder = recorder
         self._clock = clock
         self._source_clock = source.clock
+        # The watches, by run_id: read from the store at the first pass, then kept here as it is written.
+        self._held: dict[str, Watched] | None = None
+        self._completed: dict[int, RunRow] = {}  # this pass's finished runs sent as incomplete
 
     def watch(self, exported: Sequence[ExportedRun], now: float) -> list[Watched]:
         """The watches a batch just sent starts. A run that settled longer ago than the window
@@ -70,18 +73,24 @@ class LatePass:
             out.append(Watched(sent.run.id, sent.run.run_id, frozenset(t.id for t in sent.tools), sent.incomplete, until))
         return out
 
+    def remember(self, saved: list[Watched]) -> None:
+        """Adds the watches the checkpoint's transaction just saved to those held here."""
+        if self._held is not None:
+            self._held.update((w.run_id, w) for w in saved)
+
     def run(self) -> list[LateRun]:
         """Sends what the watched runs added since their export; returns it."""
         now = self._clock()
-        watched = self._store.watched(now)
-        if not watched:
-            self._store.save_watch([], [], now)  # ends the watches that are over
-            return []
-        current = self._source.tool_ids_for(w.run_id for w in watched)
-        finished = self._finished([w for w in watched if w.incomplete], now)
-        changed = [w for w in watched if current.get(w.run_id, set()) - w.tool_ids or w.run_pk in finished]
+        if self._held is None:  # the store is read once; after that it is only written
+            self._held = {w.run_id: w for w in self._store.watched(now)}
+        over = [run_id for run_id, w in self._held.items() if w.until < now]
+        for run_id in over:
+            del self._held[run_id]
+        watched = list(self._held.values())
+        changed = self._changed(watched, now) if watched else []
         if not changed:
-            self._store.save_watch([], [], now)
+            if over:
+                self._store.save_watch([], [], now)  # ends the watches that are over
             return []
         runs = {run.id: run for run in self._source.runs_by_ids(w.run_pk for w in changed)}
         tools = self._source.tools_for(w.run_id for w in changed)
@@ -94,11 +103,21 @@ class LatePass:
                 continue
             run_tools = tools.get(w.run_id, [])
             late_ids = frozenset(t.id for t in run_tools) - w.tool_ids
-            late.append(LateRun(run, run_tools, late_ids, w.run_pk in finished))
+            late.append(LateRun(run, run_tools, late_ids, w.run_pk in self._completed))
         sent = self._exporter.export_late(late) if late else []
-        self._store.save_watch([self._after(w, item, now) for w, item in zip(_kept(changed, gone), sent)], gone, now)
+        updated = [self._after(w, item, now) for w, item in zip(_kept(changed, gone), sent)]
+        self._store.save_watch(updated, gone, now)
+        for run_id in gone:
+            self._held.pop(run_id, None)
+        self.remember(updated)
         self._report(sent)
         return sent
+
+    def _changed(self, watched: list[Watched], now: float) -> list[Watched]:
+        """The watched runs with tool rows their trace lacks, or sent as incomplete and finished since."""
+        current = self._source.tool_counts_for(w.run_id for w in watched)
+        self._completed = self._finished([w for w in watched if w.incomplete], now)
+        return [w for w in watched if _grew(w, current.get(w.run_id)) or w.run_pk in self._completed]
 
     def _finished(self, incomplete: list[Watched], now: float) -> dict[int, RunRow]:
         """Of the runs sent as incomplete, those now terminal and settled, by primary key."""
@@ -134,6 +153,14 @@ class LatePass:
                 log.info("run %s: %d tool row(s) committed after its export were sent into its trace", item.run.run_id, late)
         if sent:
             self._recorder.late_sent(sent)
+
+
+def _grew(watched: Watched, now: tuple[int, int] | None) -> bool:
+    """Whether the run has tool rows its trace lacks: more of them, or a higher id than sent."""
+    if now is None:
+        return False
+    count, highest = now
+    return count > len(watched.tool_ids) or highest > max(watched.tool_ids, default=0)
 
 
 def _kept(changed: list[Watched], gone: list[str]) -> list[Watched]:

@@ -132,6 +132,8 @@ class Poller:
         rated = {run.run_id: run.feedback for run in decided.to_export if run.feedback is not None} if self._feedback else {}
         watched = self._late.watch(result.runs, acked_at) if self._late is not None else None
         self._store.save(following, acked_at, rated, watched)
+        if self._late is not None and watched:
+            self._late.remember(watched)
         self._high_water = following.high_water
         result.pending, result.gaps = len(following.pending), len(following.gaps)
         result.full_batch = len(new_runs) >= self._poll.batch_size

@@ -332,18 +332,19 @@ class Source:
                     by_run[key].append(tool)
         return by_run
 
-    def tool_ids_for(self, run_ids: Iterable[str]) -> dict[str, set[int]]:
-        """The tool row ids of each run: read from idx_tool_invocation_run_id alone, never the rows."""
+    def tool_counts_for(self, run_ids: Iterable[str]) -> dict[str, tuple[int, int]]:
+        """(count, highest id) of each run's tool rows: from idx_tool_invocation_run_id alone, one row a run."""
         wanted = sorted({_text(run_id) for run_id in run_ids})
-        out: dict[str, set[int]] = {run_id: set() for run_id in wanted}
-        folded = {run_id.casefold(): run_id for run_id in wanted}
-        column = tool_invocation.c
+        out: dict[str, tuple[int, int]] = {}
+        asked, folded = set(wanted), {run_id.casefold(): run_id for run_id in wanted}
+        c = tool_invocation.c
         for chunk in _chunks(wanted, self._chunk):
-            for tool_id, run_id in self._fetch(select(column.id, column.run_id).where(column.run_id.in_(chunk))):
+            stmt = select(c.run_id, func.count(), func.max(c.id)).where(c.run_id.in_(chunk)).group_by(c.run_id)
+            for run_id, count, highest in self._fetch(stmt, bulk=True):
                 run_id = _text(run_id)
-                key = run_id if run_id in out else folded.get(run_id.casefold())
+                key = run_id if run_id in asked else folded.get(run_id.casefold())
                 if key is not None:
-                    out[key].add(int(tool_id))
+                    out[key] = (int(count), int(highest))
         return out
 
     def close(self) -> None:
