@@ -203,3 +203,31 @@ def test_a_rating_after_export_is_a_human_annotation_on_the_root_and_leaves_the_
     export_to_phoenix(agent_db, tmp_path, phoenix, **overrides)
     (annotation,) = root_annotations(phoenix, project, root_id)
     assert (annotation["result"]["label"], annotation["result"]["score"]) == ("UP", 1.0)
+
+
+def test_a_run_sent_as_incomplete_that_finishes_later_shows_its_outcome_in_phoenix(agent_db, tmp_path, phoenix):
+    from helpers import add_run, add_tool, new_run_id
+
+    project = f"late-{os.getpid()}"
+    run_id = new_run_id()
+    conn = agent_db.server.root(agent_db.name)
+    add_run(conn, run_id, status="RUNNING")  # two hours old: sent as incomplete
+    conn.commit()
+    trace = {"conventions": ["gen_ai", "openinference"], "project_name": project}
+    export_to_phoenix(agent_db, tmp_path, phoenix, trace=trace)
+    (root,) = project_spans(phoenix, project, 1)
+    assert root["status_code"] == "ERROR"
+
+    add_tool(conn, run_id, duration_ms=20)
+    with conn.cursor() as cur:
+        cur.execute("UPDATE diagnosis_run SET status='SUCCESS', total_duration_ms=3000 WHERE run_id=%s", (run_id,))
+    conn.commit()
+    export_to_phoenix(agent_db, tmp_path, phoenix, trace=trace)
+    spans = project_spans(phoenix, project, 3)
+    by_name = {span["name"]: span for span in spans}
+    assert len(spans) == 3, [s["name"] for s in spans]  # one root: the completion is a child of it
+    done = by_name["invoke_agent diagnosis-agent completed"]
+    assert done["parent_id"] == root["context"]["span_id"] and done["span_kind"] == "AGENT"
+    assert done["status_code"] == "OK" and done["attributes"]["diagnosis.run.status"] == "SUCCESS"
+    assert by_name["execute_tool lookup_knowledge"]["parent_id"] == root["context"]["span_id"]
+    conn.close()
