@@ -336,13 +336,12 @@ class Source:
         """(count, highest id) of each run's tool rows: from idx_tool_invocation_run_id alone, one row a run."""
         wanted = sorted({_text(run_id) for run_id in run_ids})
         out: dict[str, tuple[int, int]] = {}
-        asked, folded = set(wanted), {run_id.casefold(): run_id for run_id in wanted}
-        c = tool_invocation.c
+        asked, folded, c = set(wanted), {run_id.casefold(): run_id for run_id in wanted}, tool_invocation.c
         for chunk in _chunks(wanted, self._chunk):
             stmt = select(c.run_id, func.count(), func.max(c.id)).where(c.run_id.in_(chunk)).group_by(c.run_id)
             for run_id, count, highest in self._fetch(stmt, bulk=True):
-                run_id = _text(run_id)
-                key = run_id if run_id in asked else folded.get(run_id.casefold())
+                name = _text(run_id)
+                key = name if name in asked else folded.get(name.casefold())
                 if key is not None:
                     out[key] = (int(count), int(highest))
         return out
