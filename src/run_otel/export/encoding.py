@@ -169,8 +169,10 @@ class FastEncoder:
             parts += (b"\x41", _pack_fixed64(span.end_ns))
         cache = self._kv_cache
         for key, value in span.attributes:
-            # The class is part of the key: True == 1 but they encode differently.
-            cache_key = (key, value.__class__, value)
+            # Equal values can encode differently: True == 1 (so the class is
+            # in the key) and 0.0 == -0.0 (so a float is keyed by its repr).
+            cls = value.__class__
+            cache_key = (key, cls, repr(value) if cls is float else value)
             field = cache.get(cache_key)
             if field is None:
                 kv = self._key_value(key, value)
