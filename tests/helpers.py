@@ -258,3 +258,20 @@ def seed_corpus(agent_db) -> dict[str, str]:
         )
     conn.close()
     return cases
+
+
+def bridge_metrics(config, readers: list, registry=None):
+    """BridgeMetrics from a config, with the readers a test reads them through."""
+    from run_otel.telemetry.metrics import BridgeMetrics
+
+    return BridgeMetrics(config.feedback, config.poll.settle_seconds, config.shard, readers, registry)
+
+
+def start_logging(config, stream=None):
+    """Logging as the command line sets it up: the config's format and level, its secrets masked."""
+    from run_otel.mapping.masking import Scrubber, configured_secrets
+    from run_otel.telemetry.logs import configure_logging
+
+    return configure_logging(
+        config.log, Scrubber.for_secrets(configured_secrets(config.export, config.source, config.state)), stream
+    )

@@ -75,7 +75,7 @@ def test_every_service_restarts_and_jaeger_runs_the_config_the_tests_validate():
 
 def test_run_otel_sends_to_a_port_the_collector_receives_on():
     config = build_config(tomllib.loads(COMPOSE_CONFIG.read_text()))
-    host, port = host_port(config.export_endpoint())
+    host, port = host_port(config.export.resolved_endpoint())
     assert host in SERVICES
     receivers = COLLECTOR["receivers"]["otlp"]["protocols"]
     protocol = "grpc" if config.export.protocol == "grpc" else "http"

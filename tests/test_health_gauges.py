@@ -17,11 +17,10 @@ from sqlalchemy.engine import make_url
 
 from run_otel.config import build_config
 from run_otel.export.sinks import JsonFileSink
-from run_otel.factory import build_parts, build_poller
+from run_otel.factory import build_metrics, build_parts, build_poller
 from run_otel.ops.demo import generate, insert_workload
 from run_otel.source.engine import make_engine
 from run_otel.telemetry import instruments as I
-from run_otel.telemetry.metrics import build_metrics
 
 ROOT = Path(__file__).resolve().parent.parent
 

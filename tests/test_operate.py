@@ -114,8 +114,7 @@ def test_the_backlog_gauge_counts_every_waiting_run_during_an_outage(agent_db, t
 
     from run_otel.config import build_config
     from run_otel.export.sinks import ExportError
-    from run_otel.factory import build_parts, build_poller
-    from run_otel.telemetry.metrics import build_metrics
+    from run_otel.factory import build_metrics, build_parts, build_poller
 
     add_runs(agent_db, ["UTC_TIMESTAMP() - INTERVAL 10 MINUTE"] * 2)
     receiver = Receiver()

@@ -385,7 +385,7 @@ def test_each_refused_log_batch_is_counted_and_warned_about_once(stack, tmp_path
     jaeger, _collector, _tempo = stack
     config = build_config({"export": {"endpoint": f"http://127.0.0.1:{jaeger.otlp_port}", "timeout_seconds": 5}})
     refused = []
-    sender = LogRecordSender(build_log_sink(config), {"service.name": SERVICE}, lambda: refused.append(1))
+    sender = LogRecordSender(build_log_sink(config.export), {"service.name": SERVICE}, lambda: refused.append(1))
     record = Evaluations(config.feedback, SourceClock("UTC")).log_record(
         FeedbackRow(1, f"run-{uuid.uuid4()}", None, "UP", datetime(2026, 1, 1))
     )

@@ -53,19 +53,13 @@ def once(config_path: Path | None, shard: str | None) -> None:
 
     def body() -> None:
         nonlocal undelivered
-        from ..factory import build_feedback, build_parts, build_poller
         from ..ops.daemon import summary
-        from ..pipeline.store_lock import store_lock
+        from ..ops.operations import once
 
-        with store_lock(config):  # a `once` beside a running daemon would export everything twice
-            parts = build_parts(config)
-            result = build_poller(parts).poll()
-            click.echo(summary(result))
-            undelivered = result.rejected_spans + result.dropped_spans
-            feedback = build_feedback(parts)
-            if feedback:
-                checked = feedback.run()
-                click.echo(f"feedback: {checked.rated} rated runs in the window, {checked.sent} new or changed sent")
+        result, checked = once(config, report=lambda polled: click.echo(summary(polled)))
+        undelivered = result.rejected_spans + result.dropped_spans
+        if checked:
+            click.echo(f"feedback: {checked.rated} rated runs in the window, {checked.sent} new or changed sent")
 
     guarded(body)
     if undelivered:
@@ -202,17 +196,15 @@ def show(config_path: Path | None, run_id: str) -> None:
     """
     from rich.console import Console
 
-    from ..ops.operations import run_trace
-    from ..source.reader import Source
+    from ..ops.operations import run_traces
     from .render import print_trace
 
     config = load(config_path)
 
     def body() -> None:
-        source = Source(config)
-        trace = run_trace(config, source, run_id)
+        (trace,), source = run_traces(config, [run_id])
         if trace is None:
-            fail(f"no run with run_id {run_id!r} in {source.describe()}")
+            fail(f"no run with run_id {run_id!r} in {source}")
         else:
             print_trace(Console(), config, trace)
 
