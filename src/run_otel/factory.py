@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .config import Config
@@ -87,6 +88,14 @@ def build_store(config: Config, create: bool = True) -> CheckpointStore:
 
 def build_sink(config: Config) -> Sink:
     return sinks.build_sink(config.export)
+
+
+def build_demo_sink(config: Config, out_path: Path) -> Sink:
+    """The demo's sink: the OTLP endpoint when OTEL_EXPORTER_OTLP_ENDPOINT is set, else an OTLP-JSON file, started afresh."""
+    if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        return build_sink(config)
+    out_path.unlink(missing_ok=True)
+    return sinks.JsonFileSink(out_path)
 
 
 def build_probe_sink(config: Config) -> Sink:

@@ -4,14 +4,13 @@ runs worth looking at. The command line renders what this returns."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 from ..config import Config
-from ..export.sinks import JsonFileSink, Sink
-from ..factory import build_parts, build_poller, build_sink
+from ..export.sinks import Sink
+from ..factory import build_demo_sink, build_parts, build_poller
 from ..pipeline.results import PollResult, Recorder
 from .demo import Workload, demo_config, generate, interesting_runs, seed_demo_database
 from .operations import RunTrace, run_traces
@@ -31,13 +30,7 @@ def prepare_demo(base: Config, db_path: Path, out_path: Path, runs: int, seed: i
     state_path = db_path.with_name(db_path.name + ".state")
     state_path.unlink(missing_ok=True)
     config = demo_config(base, db_path, state_path)
-    sink: Sink
-    if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
-        sink = build_sink(config)
-    else:
-        out_path.unlink(missing_ok=True)
-        sink = JsonFileSink(out_path)
-    return DemoSetup(config, workload, sink)
+    return DemoSetup(config, workload, build_demo_sink(config, out_path))
 
 
 def export_demo(setup: DemoSetup, recorder: Recorder) -> PollResult:
