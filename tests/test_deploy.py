@@ -14,7 +14,8 @@ from urllib.parse import urlparse
 
 import pytest
 import yaml
-from conftest import AgentDb, bridge_sections, run_cli, utc_now_naive, write_config
+from conftest import AgentDb
+from helpers import bridge_sections, run_cli, utc_now_naive, write_config
 from servers import wait_for
 from sqlalchemy import text
 

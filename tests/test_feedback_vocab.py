@@ -8,8 +8,7 @@ import logging
 import re
 import uuid
 
-from conftest import bridge_config
-from helpers import add_runs, attrs, feedback_spans, rate
+from helpers import add_runs, attrs, bridge_config, feedback_spans, rate
 from prometheus_client import generate_latest
 
 from run_otel.config import FeedbackConfig

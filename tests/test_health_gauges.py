@@ -9,8 +9,18 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import bridge_sections, table_rows, utc_now_naive, write_config
-from helpers import NOT_YET, filled, http_status, panels, scalar, start_daemon
+from helpers import (
+    NOT_YET,
+    bridge_sections,
+    filled,
+    http_status,
+    panels,
+    scalar,
+    start_daemon,
+    table_rows,
+    utc_now_naive,
+    write_config,
+)
 from servers import Prometheus, free_port, wait_for
 from sqlalchemy import text
 from sqlalchemy.engine import make_url

@@ -7,8 +7,7 @@ import json
 import logging
 from datetime import datetime, timedelta
 
-from conftest import DaemonProcess, write_config
-from helpers import start_logging
+from helpers import DaemonProcess, start_logging, write_config
 from servers import free_port, wait_for
 
 from run_otel.config import build_config

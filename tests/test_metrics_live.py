@@ -14,14 +14,17 @@ from types import SimpleNamespace
 
 import pytest
 import requests
-from conftest import bridge_sections, table_rows, utc_now_naive, write_config
 from helpers import (
     NOT_YET,
     bridge_metrics,
+    bridge_sections,
     filled,
     http_status,
     scalar,
     start_daemon,
+    table_rows,
+    utc_now_naive,
+    write_config,
 )
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from prometheus_client import CollectorRegistry

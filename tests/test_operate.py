@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 import time
 
-from conftest import bridge_sections, received_roots, run_cli, write_config
-from helpers import add_runs
+from helpers import add_runs, bridge_sections, received_roots, run_cli, write_config
 from servers import wait_for
 
 
@@ -162,7 +161,7 @@ def test_a_successful_once_is_quiet_at_info(agent_db, otlp, tmp_path):
 
 
 def test_health_probes_the_port_the_config_names_and_follows_an_override(agent_db, otlp, tmp_path):
-    from conftest import DaemonProcess
+    from helpers import DaemonProcess
     from servers import free_port
 
     port = free_port()

@@ -9,8 +9,7 @@ import json
 import uuid
 
 import pytest
-from conftest import bridge_sections, received_roots, run_cli, terminal_trace_ids, utc_now_naive, write_config
-from helpers import bridge_metrics
+from helpers import bridge_metrics, bridge_sections, received_roots, run_cli, terminal_trace_ids, utc_now_naive, write_config
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from prometheus_client import CollectorRegistry
 from servers import Collector, Receiver, wait_for

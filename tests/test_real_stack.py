@@ -10,8 +10,7 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from conftest import bridge_sections, run_cli, utc_now_naive, write_config
-from helpers import assert_trace_matches, expected_traces, seed
+from helpers import assert_trace_matches, bridge_sections, expected_traces, run_cli, seed, utc_now_naive, write_config
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2

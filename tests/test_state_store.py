@@ -8,8 +8,7 @@ import re
 import time
 
 import pytest
-from conftest import DaemonProcess, bridge_sections, run_cli, write_config
-from helpers import add_finished_runs
+from helpers import DaemonProcess, add_finished_runs, bridge_sections, run_cli, write_config
 from sqlalchemy import text
 
 from run_otel.config import build_config

@@ -8,8 +8,7 @@ import re
 from collections import Counter
 
 import pytest
-from conftest import bridge_config
-from helpers import add_run, add_tool, new_run_id
+from helpers import add_run, add_tool, bridge_config, new_run_id
 from prometheus_client import generate_latest
 
 from run_otel.factory import build_metrics, build_parts, build_poller, build_store
