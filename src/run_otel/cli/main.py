@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -289,30 +290,37 @@ def demo(config_path: Path | None, db_path: Path, out_path: Path, runs: int, see
 
 
 def _demo(base: Config, db_path: Path, out_path: Path, runs: int, seed: int, anchor: datetime | None) -> None:
+    from contextlib import contextmanager
+
     from rich.console import Console
     from rich.table import Table
 
     from ..export.sinks import JsonFileSink
     from ..ops.demo import summary_rows
-    from ..ops.demo_job import demo_traces, export_demo, prepare_demo
+    from ..ops.demo_job import DemoSetup, run_demo
     from .render import ProgressRecorder, print_trace, progress_bar
 
     console = Console(highlight=False)
+
+    @contextmanager
+    def exporting(setup: DemoSetup) -> Iterator[ProgressRecorder]:
+        workload = setup.workload
+        console.print(f"seeded {len(workload.runs)} runs and {len(workload.tools)} tool calls into {db_path} (seed {seed})")
+        with progress_bar(console) as progress:
+            task = progress.add_task(f"exporting to {setup.sink.describe()}", total=len(workload.terminal_runs()), rate="")
+            yield ProgressRecorder(progress, task)
+
     anchor = anchor or _utcnow().replace(minute=0, second=0, microsecond=0, tzinfo=None)
-    setup = prepare_demo(base, db_path, out_path, runs, seed, anchor)
-    workload, sink = setup.workload, setup.sink
-    console.print(f"seeded {len(workload.runs)} runs and {len(workload.tools)} tool calls into {db_path} (seed {seed})")
-    with progress_bar(console) as progress:
-        task = progress.add_task(f"exporting to {sink.describe()}", total=len(workload.terminal_runs()), rate="")
-        result = export_demo(setup, ProgressRecorder(progress, task))
+    done = run_demo(base, db_path, out_path, (runs, seed), anchor, exporting)
+    sink, result = done.setup.sink, done.result
     table = Table(show_header=False, box=None)
     table.add_row("spans exported", f"{result.spans} in {result.run_count} traces to {sink.describe()}")
-    for name, value in summary_rows(workload):
+    for name, value in summary_rows(done.setup.workload):
         table.add_row(name, value)
     console.print(table)
-    for title, trace in demo_traces(setup):
+    for title, trace in done.traces:
         console.rule(title)
-        print_trace(console, setup.config, trace)
+        print_trace(console, done.setup.config, trace)
     if isinstance(sink, JsonFileSink):
         click.echo(f"OTLP-JSON written to {sink.path}")
 

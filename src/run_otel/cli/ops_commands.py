@@ -158,13 +158,12 @@ def health(config_path: Path | None, live: bool) -> None:
     metrics.host and metrics.port from the same config and RUN_OTEL_* variables
     as the daemon, so a container HEALTHCHECK follows a changed port.
     """
-    from ..ops.operations import probe, probe_url
+    from ..ops.operations import health as probe_health
 
     config = load(config_path)
     if not config.metrics.enabled:
         fail("metrics.enabled is false, so nothing serves /readyz or /healthz", EXIT_USAGE)
-    url = probe_url(config.metrics.host, config.metrics.port, "/healthz" if live else "/readyz")
-    healthy, why = probe(url)
+    url, healthy, why = probe_health(config, live)
     click.echo(f"{url}: {why}")
     if not healthy:
         sys.exit(EXIT_FAILED)

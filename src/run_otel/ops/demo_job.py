@@ -4,6 +4,8 @@ runs worth looking at. The command line renders what this returns."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -46,3 +48,26 @@ def demo_traces(setup: DemoSetup) -> list[tuple[str, RunTrace]]:
     ]
     traces, _ = run_traces(setup.config, [run_id for _, run_id in titled])
     return [(title, trace) for (title, _), trace in zip(titled, traces) if trace is not None]
+
+
+@dataclass
+class DemoRun:
+    setup: DemoSetup
+    result: PollResult
+    traces: list[tuple[str, RunTrace]]
+
+
+def run_demo(
+    base: Config,
+    db_path: Path,
+    out_path: Path,
+    counts: tuple[int, int],
+    anchor: datetime,
+    exporting: Callable[[DemoSetup], AbstractContextManager[Recorder]],
+) -> DemoRun:
+    """``counts`` is (runs, seed); ``exporting`` shows the export's progress, through the Recorder it gives."""
+    runs, seed = counts
+    setup = prepare_demo(base, db_path, out_path, runs, seed, anchor)
+    with exporting(setup) as recorder:
+        result = export_demo(setup, recorder)
+    return DemoRun(setup, result, demo_traces(setup))

@@ -241,6 +241,13 @@ def run_trace(config: Config, source: Source, run_id: str) -> RunTrace | None:
     return RunTrace(run, mapped, warnings + mapped.warnings)
 
 
+def health(config: Config, live: bool) -> tuple[str, bool, str]:
+    """(the URL asked, answered 200, what it answered): /healthz when ``live``, else /readyz."""
+    url = probe_url(config.metrics.host, config.metrics.port, "/healthz" if live else "/readyz")
+    healthy, why = probe(url)
+    return url, healthy, why
+
+
 def probe_url(host: str, port: int, path: str) -> str:
     """The URL that reaches the metrics server from the same host: a wildcard bind is
     reached on loopback."""
