@@ -7,10 +7,10 @@ import logging
 from collections import defaultdict
 from datetime import datetime
 
-from conftest import bridge_config
 from helpers import (
     add_run,
     add_tool,
+    bridge_config,
     new_run_id,
     seed_corpus,
 )

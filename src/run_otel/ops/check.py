@@ -12,9 +12,10 @@ from sqlalchemy import inspect, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from ..config import Config, ConfigError
-from ..export.sinks import ExportError, build_sink
+from ..export.sinks import ExportError
+from ..factory import build_probe_sink, build_source, build_store
 from ..mapping.feedback_vocab import unmapped_in_window
-from ..pipeline.checkpoint import CheckpointError, CheckpointStore
+from ..pipeline.checkpoint import CheckpointError
 from ..sharding import shard_from_name
 from ..source.clock import zone_finding
 from ..source.columns import columns_read
@@ -43,7 +44,7 @@ def run_checks(config: Config, clock: Callable[[], float] = time.time) -> Iterat
     """Each check's verdict; ``clock`` is this host's, which the database's is compared with."""
     yield Finding(OK, "config", "valid")
     try:
-        source = Source(config)
+        source = build_source(config)
     except ConfigError as exc:  # a driver that SQLAlchemy does not know, or that is not installed
         yield Finding(FAIL, "source.url", str(exc))
         yield from _check_endpoint(config)
@@ -249,7 +250,7 @@ def _check_feedback_values(config: Config, source: Source) -> Iterator[Finding]:
 
 def _check_state(config: Config) -> Iterator[Finding]:
     try:
-        store = CheckpointStore(config)
+        store = build_store(config)
         saved = store.load()
         store.close()
     except (CheckpointError, ConfigError) as exc:
@@ -264,7 +265,7 @@ def _check_checkpoint_ahead(config: Config, source: Source) -> Iterator[Finding]
     from ..pipeline.guard import behind_message
 
     try:
-        store = CheckpointStore(config, create=False)
+        store = build_store(config, create=False)
     except (CheckpointError, ConfigError):
         return  # no store yet: the state store check says so
     try:
@@ -289,12 +290,7 @@ def _check_checkpoint_ahead(config: Config, source: Source) -> Iterator[Finding]
 
 
 def _check_endpoint(config: Config) -> Iterator[Finding]:
-    from dataclasses import replace
-
-    quick = replace(
-        config, export=replace(config.export, max_attempts=1, timeout_seconds=min(5.0, config.export.timeout_seconds))
-    )
-    sink = build_sink(quick)
+    sink = build_probe_sink(config)
     try:
         # An empty request is valid OTLP: it proves the endpoint speaks it, and exports nothing.
         sink.send(ExportTraceServiceRequest().SerializeToString())

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from ..config import PollConfig
-from ..sharding import Shard, in_shard
-from ..source.clock import SourceClock, zone_finding
+from ..sharding import in_shard
+from ..source.clock import zone_finding
 from ..source.reader import Source, SourceError
 from ..source.rows import RunRow
 from .checkpoint import Checkpoint, CheckpointStore
@@ -34,20 +34,17 @@ class Poller:
     def __init__(
         self,
         poll: PollConfig,
-        shard: Shard,
         source: Source,
         store: CheckpointStore,
         exporter: RunExporter,
-        source_clock: SourceClock,
         recorder: Recorder,
-        keep_feedback: bool = False,
+        late: LatePass | None = None,
         clock: Callable[[], float] = time.time,
         keep_going: Callable[[], bool] = lambda: True,
-        late: LatePass | None = None,
     ):
         self._poll = poll
-        # Feedback the root already carries is saved with the checkpoint when the feedback pass runs.
-        self._feedback = keep_feedback
+        # Feedback the root already carries is saved with the checkpoint; the factory sets it when the feedback pass runs.
+        self.keep_feedback = False
         self._source = source
         self._store = store
         self._exporter = exporter
@@ -55,14 +52,14 @@ class Poller:
         # Keeps exported runs' traces complete after the poll; None when poll.late_window_seconds is 0.
         self._late = late
         self._clock = clock
-        self._source_clock = source_clock
         self._rules = Rules.from_config(poll)
         self._zone_checked = False
         self._high_water: int | None = None
         self._checkpoint_pending = 0  # the last loaded checkpoint's, for the gauge when a poll fails
         self._missed_once: set[int] = set()  # pending runs the last poll did not find
         self._offset = 0.0  # the database's clock minus this host's, measured each poll
-        self._shard = shard
+        # The checkpoint is one shard's: the store says which.
+        self._shard = shard = store.shard
         where = f"{store.name} in {store.describe()}"
         self._guard = SourceGuard(source, where, shard, recorder.checkpoint_ahead, store.saved_at)
         self.stop_requested = threading.Event()
@@ -113,7 +110,7 @@ class Poller:
             log.warning("%d ids missing below run id %d; tracking only the last of them", dropped, new_runs[-1].id)
         for run in new_runs:
             self._exporter.note_status(run.status)
-        decided = classify(following, [*rechecked, *new_runs], now, self._rules, self._source_clock, self._in_shard)
+        decided = classify(following, [*rechecked, *new_runs], now, self._rules, self._source.clock, self._in_shard)
         expired = expire_gaps(following, now, self._rules.gap_timeout_seconds)
         if expired:
             log.info(
@@ -129,7 +126,7 @@ class Poller:
         acked_at = self._clock()
         # Feedback the root already carries is recorded with the checkpoint, in one transaction:
         # the feedback recheck then sends only what is set or changed after the export.
-        rated = {run.run_id: run.feedback for run in decided.to_export if run.feedback is not None} if self._feedback else {}
+        rated = {run.run_id: run.feedback for run in decided.to_export if run.feedback is not None} if self.keep_feedback else {}
         watched = self._late.watch(result.runs, acked_at) if self._late is not None else None
         self._store.save(following, acked_at, rated, watched)
         if self._late is not None and watched:
@@ -168,7 +165,7 @@ class Poller:
         if self._high_water is None:
             return
         try:
-            backlog = self._source.backlog(self._high_water, self._source_clock)
+            backlog = self._source.backlog(self._high_water, self._source.clock)
         except SourceError:
             return  # the database is away: the poll's own error says so
         # No runs at all is no backlog: 0, so the gauges exist from the first poll attempt.
@@ -199,14 +196,14 @@ class Poller:
         """A first start from "now" sets the mark at the newest run: the runs below it still in
         flight would be skipped, by the poll and by a backfill that runs before they finish."""
         now = self._clock()
-        since = self._source_clock.naive(datetime.fromtimestamp(in_flight_since(now, self._rules), UTC))
+        since = self._source.clock.naive(datetime.fromtimestamp(in_flight_since(now, self._rules), UTC))
         cursor = self._source.first_id_created_at_or_after(since) - 1
         taken = 0
         while cursor < checkpoint.high_water:
             runs = self._source.runs_after(cursor, self._poll.batch_size, until_id=checkpoint.high_water)
             if not runs:
                 break
-            taken += take_over(checkpoint, [r for r in runs if self._in_shard(r)], now, self._rules, self._source_clock)
+            taken += take_over(checkpoint, [r for r in runs if self._in_shard(r)], now, self._rules, self._source.clock)
             cursor = runs[-1].id
         if taken:
             log.info(
@@ -228,8 +225,8 @@ class Poller:
             return
         sample = self._source.clock_sample()
         self._zone_checked = True
-        finding = zone_finding(sample, self._source_clock) if sample else None
-        message = finding.message(self._source_clock.zone_name) if finding else None
+        finding = zone_finding(sample, self._source.clock) if sample else None
+        message = finding.message(self._source.clock.zone_name) if finding else None
         if message:
             log.warning(message)
             self._rules = Rules.from_config(self._poll, trust_timestamps=False)
