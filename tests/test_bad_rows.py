@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from datetime import datetime
+from types import SimpleNamespace
 
 from helpers import (
     add_run,
@@ -124,7 +125,9 @@ class DropRecorder(Recorder):
 def _exporter(recorder: Recorder) -> RunExporter:
     config = build_config({})
     clock = SourceClock("UTC")
-    return RunExporter(None, build_mapper(config, clock), None, clock, recorder)  # type: ignore[arg-type]
+    # Only the mapping runs here: the exporter reads nothing and sends nothing, it needs the source's clock alone.
+    source = SimpleNamespace(clock=clock)
+    return RunExporter(source, build_mapper(config, clock), None, recorder)  # type: ignore[arg-type]
 
 
 def _rows(*durations) -> tuple[RunRow, list[ToolRow]]:

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from conftest import bridge_sections, run_cli, utc_now_naive, write_config
-from helpers import add_run, new_run_id
+from helpers import add_run, bridge_sections, new_run_id, run_cli, utc_now_naive, write_config
 
 from run_otel.config import build_config
 from run_otel.factory import build_parts, build_poller

@@ -8,8 +8,7 @@ from collections import Counter
 from datetime import timedelta
 
 import pytest
-from conftest import bridge_config, utc_now_naive
-from helpers import add_run, add_tool, attrs_of, new_run_id
+from helpers import add_run, add_tool, attrs_of, bridge_config, new_run_id, utc_now_naive
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from run_otel.factory import build_parts, build_poller

@@ -163,7 +163,7 @@ def test_deleting_the_newest_runs_is_no_restore(agent_db, otlp, tmp_path):
 def test_a_pending_run_deleted_by_the_agent_is_dropped_after_a_recheck(agent_db, otlp, tmp_path, caplog):
     import logging
 
-    from conftest import bridge_config
+    from helpers import bridge_config
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
     from run_otel.factory import build_parts, build_poller

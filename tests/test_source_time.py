@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import time
 
-from conftest import bridge_config, bridge_sections, run_cli, write_config
-from helpers import add_finished_runs
+from helpers import add_finished_runs, bridge_config, bridge_sections, run_cli, write_config
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from run_otel.factory import build_parts, build_poller
