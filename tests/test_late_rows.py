@@ -8,13 +8,12 @@ from collections import Counter
 from datetime import timedelta
 
 import pytest
-from helpers import add_run, add_tool, attrs_of, bridge_config, new_run_id, utc_now_naive
+from helpers import add_run, add_tool, attrs_of, bridge_config, bridge_metrics, new_run_id, utc_now_naive
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from run_otel.factory import build_parts, build_poller
 from run_otel.mapping.span_data import completion_span_id_for, root_span_id_for, tool_span_id_for, trace_id_for
 from run_otel.telemetry import instruments as I
-from run_otel.telemetry.metrics import BridgeMetrics
 
 
 def counter(reader: InMemoryMetricReader, instrument: I.Instrument, **labels: str) -> float:
@@ -37,7 +36,7 @@ def spans_of(receiver, run_id: str) -> list:
 def bridge(agent_db, receiver, tmp_path):
     reader = InMemoryMetricReader()
     config = bridge_config(agent_db, tmp_path, receiver.endpoint, poll={"run_timeout_seconds": 3600})
-    metrics = BridgeMetrics(config, [reader])
+    metrics = bridge_metrics(config, [reader])
     parts = build_parts(config, recorder=metrics)
     yield build_poller(parts), reader
     parts.close()

@@ -163,18 +163,17 @@ def test_deleting_the_newest_runs_is_no_restore(agent_db, otlp, tmp_path):
 def test_a_pending_run_deleted_by_the_agent_is_dropped_after_a_recheck(agent_db, otlp, tmp_path, caplog):
     import logging
 
-    from helpers import bridge_config
+    from helpers import bridge_config, bridge_metrics
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
     from run_otel.factory import build_parts, build_poller
     from run_otel.telemetry import instruments as I
-    from run_otel.telemetry.metrics import BridgeMetrics
 
     add_finished_runs(agent_db, 2)
     agent_db.execute("UPDATE diagnosis_run SET status = 'RUNNING', created_at = UTC_TIMESTAMP() WHERE id = 2")
     reader = InMemoryMetricReader()
     config = bridge_config(agent_db, tmp_path, otlp.endpoint("grpc"))
-    metrics = BridgeMetrics(config, [reader])
+    metrics = bridge_metrics(config, [reader])
     poller = build_poller(build_parts(config, recorder=metrics))
     assert poller.poll().pending == 1
     agent_db.execute("DELETE FROM diagnosis_run WHERE id = 2")

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import time
 
-from helpers import add_finished_runs, bridge_config, bridge_sections, run_cli, write_config
+from helpers import add_finished_runs, bridge_config, bridge_metrics, bridge_sections, run_cli, write_config
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from run_otel.factory import build_parts, build_poller
 from run_otel.telemetry import instruments as I
-from run_otel.telemetry.metrics import BridgeMetrics, readiness
+from run_otel.telemetry.metrics import readiness
 
 
 def points(reader: InMemoryMetricReader, instrument: I.Instrument) -> list:
@@ -31,7 +31,7 @@ def test_a_database_clock_ahead_of_the_host_neither_delays_runs_nor_hides_in_the
     add_finished_runs(agent_db, 3, created="UTC_TIMESTAMP() - INTERVAL 5 SECOND")
     reader = InMemoryMetricReader()
     config = bridge_config(agent_db, tmp_path, receiver.endpoint, poll={"settle_seconds": 2})
-    metrics = BridgeMetrics(config, [reader])
+    metrics = bridge_metrics(config, [reader])
     parts = build_parts(config, recorder=metrics)
     result = build_poller(parts, clock=host).poll()
     parts.close()
@@ -49,7 +49,7 @@ def test_a_wrong_timezone_keeps_a_gauge_and_readiness_telling_and_holds_no_run_f
     run_ids = add_finished_runs(agent_db, 2, created="UTC_TIMESTAMP() + INTERVAL 8 HOUR - INTERVAL 1 MINUTE")
     reader = InMemoryMetricReader()
     config = bridge_config(agent_db, tmp_path, receiver.endpoint, poll={"settle_seconds": 0})
-    metrics = BridgeMetrics(config, [reader])
+    metrics = bridge_metrics(config, [reader])
     parts = build_parts(config, recorder=metrics)
     poller = build_poller(parts)
     first = poller.poll()
