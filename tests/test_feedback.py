@@ -30,17 +30,17 @@ def test_feedback_given_after_export_joins_the_run_trace_once_per_change(agent_d
         config = str(write_config(tmp_path / "c.toml", bridge_sections(agent_db, tmp_path, f"http://{receiver.endpoint}")))
         first = run_cli("once", "--config", config)
         assert first.returncode == 0, first.stderr
-        # Rated before its export: the root span carries it, and no feedback span follows.
-        assert "feedback: 1 rated runs in the window, 0 new or changed sent" in first.stdout, first.stdout
+        # Rated before its export: the rating's span follows the run, and the root stays the unrated run's.
+        assert "feedback: 1 rated runs in the window, 1 new or changed sent" in first.stdout, first.stdout
         roots = [span for _r, _s, span in receiver.spans() if not span.parent_span_id]
-        assert len(roots) == 7 and not feedback_spans(receiver)
-        assert [attrs(r).get("diagnosis.run.feedback") for r in roots].count("UP") == 1
+        assert len(roots) == 7 and len(feedback_spans(receiver)) == 1
+        assert not [r for r in roots if any(key.startswith("diagnosis.feedback") or "feedback" in key for key in attrs(r))]
 
         rate(agent_db, run_ids[:3], "DOWN")
         rate(agent_db, run_ids[3:5], "UP")
         second = run_cli("once", "--config", config)
         assert "feedback: 6 rated runs in the window, 5 new or changed sent" in second.stdout, second.stdout
-        spans = feedback_spans(receiver)
+        spans = [s for s in feedback_spans(receiver) if attrs(s)["diagnosis.run.id"] in run_ids]
         assert len(spans) == 5
         for span in spans:
             a = attrs(span)
@@ -54,17 +54,67 @@ def test_feedback_given_after_export_joins_the_run_trace_once_per_change(agent_d
         # Nothing changed: nothing is sent again.
         third = run_cli("once", "--config", config)
         assert "6 rated runs in the window, 0 new or changed sent" in third.stdout
-        assert len(feedback_spans(receiver)) == 5
+        assert len(feedback_spans(receiver)) == 6
 
-        # A changed rating is a new span (another id) in the same trace.
+        # A changed rating is a new span (another id) in the same trace, and the old one gets a child
+        # that marks it superseded: sent spans cannot change, and the list must say which one holds.
         rate(agent_db, run_ids[:1], "UP")
         fourth = run_cli("once", "--config", config)
         assert "1 new or changed sent" in fourth.stdout
         spans = feedback_spans(receiver)
-        assert len(spans) == 6
-        changed = [s for s in spans if attrs(s)["diagnosis.run.id"] == run_ids[0]]
-        assert len({s.span_id for s in changed}) == 2 and len({s.trace_id for s in changed}) == 1
+        assert len(spans) == 7
+        changed = {attrs(s)["gen_ai.evaluation.score.label"]: s for s in spans if attrs(s)["diagnosis.run.id"] == run_ids[0]}
+        assert changed["DOWN"].span_id != changed["UP"].span_id and changed["DOWN"].trace_id == changed["UP"].trace_id
+        (marker,) = [span for _r, _s, span in receiver.spans() if span.name == "superseded user_feedback"]
+        assert marker.parent_span_id == changed["DOWN"].span_id and marker.trace_id == changed["DOWN"].trace_id
+        assert attrs(marker)["diagnosis.feedback.superseded_by"] == "UP"
+        # Both ratings' spans are the rows' alone: nothing in the new one says what it replaced.
+        assert {k for k in attrs(changed["UP"])} == {k for k in attrs(changed["DOWN"])}
     finally:
+        receiver.stop()
+
+
+def test_ratings_go_only_into_traces_the_bridge_sent_each_counted_once_when_first_seen(agent_db, tmp_path):
+    """A first start on a database with rated history: no rating of a run it never sent (that would open
+    a trace holding only the rating), and none of them counted; a rating the run had when the bridge sent
+    it goes out once, as a span and a log record, and counts once."""
+    receiver = Receiver(logs=True)
+    receiver.start()
+    history = add_runs(agent_db, ["UTC_TIMESTAMP() - INTERVAL 10 MINUTE"] * 3)
+    rate(agent_db, [f"run-{uuid.UUID(t)}" for t in history], "DOWN")
+    port = free_port()
+    sections = bridge_sections(
+        agent_db,
+        tmp_path,
+        f"http://{receiver.endpoint}",
+        poll={"start_from": "now"},
+        feedback={"interval_seconds": 1, "log_records": True},
+        metrics={"enabled": True, "port": port},
+    )
+    daemon = DaemonProcess(write_config(tmp_path / "c.toml", sections), tmp_path / "daemon.log")
+    try:
+        wait_for(lambda: "starting after run id" in daemon.output(), 30, "the first start's mark")
+        new = [uuid.uuid4().hex for _ in range(2)]
+        for trace, feedback in zip(new, ("UP", None), strict=True):  # the first rated before the bridge sends it
+            agent_db.execute(
+                "INSERT INTO diagnosis_run (run_id, session_id, query, status, feedback, created_at, updated_at) "
+                "VALUES (%s, 's', 'q', 'SUCCESS', %s, UTC_TIMESTAMP() - INTERVAL 1 MINUTE, UTC_TIMESTAMP() - INTERVAL 1 MINUTE)",
+                f"run-{uuid.UUID(trace)}",
+                feedback,
+            )
+        wait_for(lambda: len(receiver.spans()) >= 3, 30, "the new runs and the rating of the first")
+        rate(agent_db, [f"run-{uuid.UUID(new[1])}"], "DOWN")  # rated after
+        wait_for(lambda: len(feedback_spans(receiver)) >= 2, 30, "the later rating")
+        time.sleep(3)  # three more passes: nothing sent or counted again
+        by_trace = Counter(span.trace_id.hex() for span in feedback_spans(receiver))
+        assert by_trace == {new[0]: 1, new[1]: 1}, by_trace
+        assert not {span.trace_id.hex() for _r, _s, span in receiver.spans()} & set(history)
+        assert feedback_total(port) == 2
+        records = [r for req in receiver.log_requests for rl in req.resource_logs for sl in rl.scope_logs for r in sl.log_records]
+        assert sorted(r.trace_id.hex() for r in records) == sorted(new)
+        assert "Traceback" not in daemon.output()
+    finally:
+        daemon.terminate()
         receiver.stop()
 
 

@@ -103,7 +103,6 @@ def build_poller(parts: Parts, keep_going: Callable[[], bool] = lambda: True, cl
         build_exporter(parts),
         parts.source_clock,
         parts.recorder,
-        keep_feedback=config.feedback.enabled,
         keep_going=keep_going,
         **({"clock": clock} if clock else {}),
     )

@@ -1,15 +1,18 @@
-"""User feedback that arrives after its run was exported, sent into the run's trace.
+"""User ratings of the runs this bridge sent, into each run's trace.
 
-``diagnosis_run.feedback`` is written when the user rates an answer, usually
+``diagnosis_run.feedback`` is written when the user rates an answer, before or
 after run-otel exported the run. A pass re-reads the finished, rated runs
 created within ``feedback.window_seconds``: one primary-key range, found by
 primary-key probes (the agent's schema has no index on ``updated_at``, and is
-not ours to change). A value not sent before, or changed since, becomes a
-child span of the run's root, inside the run's window (``evaluation.py``), and,
-where configured, a ``gen_ai.evaluation.result`` log record and a Phoenix
-annotation. Its id comes from the run and the rating, so a re-send after a
-crash is the same span. What was acknowledged is recorded in the state store
-before it is counted, so each change is counted once.
+not ours to change). The range starts above the first start's mark and ends at
+the checkpoint, and runs still pending or missing are left out: a rating alone,
+without its run's trace, would be an orphan trace. A value not sent before, or
+changed since, becomes a child span of the run's root, inside the run's window
+(``evaluation.py``), and, where configured, a ``gen_ai.evaluation.result`` log
+record and a Phoenix annotation; a replaced rating gets a ``superseded`` span
+under its own. Ids come from the rows, so a re-send after a crash is the same
+span. What was acknowledged is recorded in the state store before it is
+counted, so each rating is counted once, when first seen.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from ..sharding import Shard, in_shard
 from ..source.clock import SourceClock
 from ..source.reader import Source
 from ..source.rows import FeedbackRow
-from .checkpoint import CheckpointStore
+from .checkpoint import CheckpointStore, SentRating
 from .results import Recorder
 
 if TYPE_CHECKING:  # its HTTP client loads only when Phoenix is configured
@@ -79,27 +82,38 @@ class FeedbackPass:
     def run(self) -> FeedbackResult:
         """One pass over the exported runs (up to the saved checkpoint) created within the window."""
         checkpoint = self._store.load()
-        last_exported_id = checkpoint.high_water if checkpoint else 0
-        if last_exported_id <= 0:
+        if checkpoint is None or checkpoint.high_water <= checkpoint.start_mark:
             return FeedbackResult()
         now = self._clock()
         since = self._source_clock.naive(datetime.fromtimestamp(now - self._config.window_seconds, UTC))
-        first_id = self._source.first_id_created_at_or_after(since)
-        rated = [row for row in self._source.rated_runs(first_id, last_exported_id) if in_shard(row.run_id, self._shard)]
+        first_id = max(self._source.first_id_created_at_or_after(since), checkpoint.start_mark + 1)
+        # A pending or missing run is not sent yet: its rating goes out on the pass after its export.
+        unsent = checkpoint.pending.keys() | checkpoint.gaps.keys()
+        rated = [
+            row
+            for row in self._source.rated_runs(first_id, checkpoint.high_water)
+            if row.id not in unsent and in_shard(row.run_id, self._shard)
+        ]
         self._unmapped.note(row.feedback for row in rated)
         sent_before = self._store.sent_feedback([row.run_id for row in rated])
-        changed = [row for row in rated if sent_before.get(row.run_id) != row.feedback]
+        changed = [row for row in rated if (before := sent_before.get(row.run_id)) is None or before.feedback != row.feedback]
         if changed:
             self._send(changed, sent_before)
-        self._store.save_feedback({row.run_id: row.feedback for row in changed}, now, now - self._config.window_seconds)
+        sent = {row.run_id: SentRating(row.feedback, self._evaluations.rated_at_ns(row)) for row in changed}
+        self._store.save_feedback(sent, now, now - self._config.window_seconds)
         self._recorder.feedback_sent(changed)
         if changed:
             log.debug("feedback: %d rated runs in the window, %d new or changed sent", len(rated), len(changed))
         return FeedbackResult(len(rated), len(changed))
 
-    def _send(self, rows: list[FeedbackRow], sent_before: dict[str, str]) -> None:
+    def _send(self, rows: list[FeedbackRow], sent_before: dict[str, SentRating]) -> None:
         evaluations = self._evaluations
-        spans = [self._encoder.span(evaluations.span(row, sent_before.get(row.run_id))) for row in rows]
+        spans = [self._encoder.span(evaluations.span(row)) for row in rows]
+        for row in rows:
+            before = sent_before.get(row.run_id)
+            # An earlier release kept no rating time, so the old span's id is unknown: no marker then.
+            if before is not None and before.rated_at_ns is not None:
+                spans.append(self._encoder.span(evaluations.superseded(row, before.feedback, before.rated_at_ns)))
         # A feedback span or record is a few hundred bytes: 1000 keep a request far under receivers' 4 MiB limit.
         for start in range(0, len(spans), 1000):
             self._sink.send(self._encoder.request(spans[start : start + 1000]))

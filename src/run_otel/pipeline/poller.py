@@ -38,13 +38,10 @@ class Poller:
         exporter: RunExporter,
         source_clock: SourceClock,
         recorder: Recorder,
-        keep_feedback: bool = False,
         clock: Callable[[], float] = time.time,
         keep_going: Callable[[], bool] = lambda: True,
     ):
         self._poll = poll
-        # Feedback the root already carries is saved with the checkpoint when the feedback pass runs.
-        self._feedback = keep_feedback
         self._source = source
         self._store = store
         self._exporter = exporter
@@ -116,10 +113,7 @@ class Poller:
             self._recorder.export_failed()
             raise
         acked_at = self._clock()
-        # Feedback the root already carries is recorded with the checkpoint, in one transaction:
-        # the feedback recheck then sends only what is set or changed after the export.
-        rated = {run.run_id: run.feedback for run in decided.to_export if run.feedback is not None} if self._feedback else {}
-        self._store.save(following, acked_at, rated)
+        self._store.save(following, acked_at)
         self._high_water = following.high_water
         result.pending, result.gaps = len(following.pending), len(following.gaps)
         result.full_batch = len(new_runs) >= self._poll.batch_size
@@ -148,6 +142,8 @@ class Poller:
             return saved
         start = self._poll.start_from
         checkpoint = initial_checkpoint(start, self._source.max_run_id() if start == "now" else 0)
+        # Runs at or below the first mark are not this bridge's: the feedback pass leaves their ratings alone.
+        checkpoint.start_mark = checkpoint.high_water
         # From "beginning" a lost checkpoint only re-sends; from "now" or an id it may skip runs.
         level = logging.INFO if start == "beginning" else logging.WARNING
         log.log(
