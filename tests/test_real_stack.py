@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from conftest import bridge_sections, run_cli, utc_now_naive, write_config
-from helpers import assert_trace_matches, expected_traces, seed
+from helpers import add_finished_runs, assert_trace_matches, expected_traces, seed
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
@@ -268,7 +268,7 @@ def rate_later(agent_db, run_id: str, value: str, minutes: int) -> datetime:
 
 
 def test_a_rating_given_after_export_joins_the_trace_in_jaeger_without_stretching_it(stack, agent_db, tmp_path):
-    jaeger, collector, _tempo = stack
+    jaeger, collector, tempo = stack
     seed(agent_db, 4, seed_value=23, waiting=0)
     agent_db.execute("UPDATE diagnosis_run SET feedback = NULL")
     expected = expected_traces(agent_db)
@@ -299,18 +299,50 @@ def test_a_rating_given_after_export_joins_the_trace_in_jaeger_without_stretchin
     )
     assert warnings_of(after) == []
 
-    # A changed rating: a second span, which names the value it replaced.
+    # A changed rating: a second span, and under the first a child that marks it superseded, so the
+    # list says which rating holds without opening the tags.
     rate_later(agent_db, run["run_id"], "UP", 30)
     assert "1 new or changed sent" in run_cli("once", "--config", config).stdout
-    changed = jaeger_trace(jaeger, trace_id, 3 + len(tools))
-    ratings = {
-        tag_map["gen_ai.evaluation.score.label"]: tag_map
-        for tag_map in (
-            {t["key"]: t["value"] for t in s["tags"]} for s in changed["spans"] if s["operationName"].startswith("evaluation")
-        )
-    }
-    assert ratings["UP"]["diagnosis.feedback.previous"] == "DOWN" and "diagnosis.feedback.previous" not in ratings["DOWN"]
+    changed = jaeger_trace(jaeger, trace_id, 4 + len(tools))
+    ratings = [s for s in changed["spans"] if s["operationName"] == "evaluation user_feedback"]
+    by_label = {next(t["value"] for t in s["tags"] if t["key"] == "gen_ai.evaluation.score.label"): s for s in ratings}
+    assert sorted(by_label) == ["DOWN", "UP"]
+    children = Counter(ref["spanID"] for s in changed["spans"] for ref in s.get("references") or [])
+    (marker,) = [s for s in changed["spans"] if s["operationName"] == "superseded user_feedback"]
+    assert marker["references"] == [{"refType": "CHILD_OF", "traceID": trace_id, "spanID": by_label["DOWN"]["spanID"]}]
+    assert children[by_label["DOWN"]["spanID"]] == 1 and children[by_label["UP"]["spanID"]] == 0
     assert extent_us(changed) == root["duration"]
+    assert warnings_of(changed) == [] and sorted(span_ids(changed).values()) == [1] * (4 + len(tools))
+
+    # A backfill after the ratings sends the run again: the same bytes, so one root and one copy of each.
+    since = (utc_now_naive() - timedelta(days=1)).isoformat()
+    assert run_cli("backfill", "--config", config, "--since", since).returncode == 0
+    root_copies = lambda: received_copies(tempo, trace_id)[root["spanID"]] == 2
+    wait_for(root_copies, 30, "the root sent a second time")  # the precondition: the run really went again
+    again = jaeger_trace(jaeger, trace_id, 4 + len(tools))
+    assert [s["operationName"] for s in again["spans"]].count(root["operationName"]) == 1
+    assert warnings_of(again) == [] and sorted(span_ids(again).values()) == [1] * (4 + len(tools))
+
+
+def test_a_first_start_opens_no_trace_for_the_ratings_of_runs_it_never_sent(stack, agent_db, tmp_path):
+    jaeger, collector, tempo = stack
+    seed(agent_db, 4, seed_value=25, waiting=0)
+    agent_db.execute("UPDATE diagnosis_run SET feedback = 'DOWN'")
+    history = expected_traces(agent_db)
+    sections = bridge_sections(agent_db, tmp_path, f"http://127.0.0.1:{collector.grpc_port}", poll={"start_from": "now"})
+    config = str(write_config(tmp_path / "run-otel.toml", sections))
+    done = run_cli("once", "--config", config)
+    assert done.returncode == 0, done.stderr
+    assert "feedback: 0 rated runs in the window" in done.stdout, done.stdout
+    # The precondition: a run added now goes through the same stack and opens in Jaeger.
+    (new,) = add_finished_runs(agent_db, 1)
+    agent_db.execute("UPDATE diagnosis_run SET feedback = 'UP' WHERE run_id = %s", f"run-{uuid.UUID(new)}")
+    assert run_cli("once", "--config", config).returncode == 0
+    assert [s["operationName"] for s in jaeger_trace(jaeger, new, 2)["spans"]].count("evaluation user_feedback") == 1
+    wait_for(lambda: received_copies(tempo, new), 30, "the new run at the collector's second exporter")
+    for trace_id in history:
+        assert jaeger.trace(trace_id) is None
+        assert not received_copies(tempo, trace_id)
 
 
 def test_jaeger_refusing_log_records_never_holds_back_the_rating_or_the_pass(stack, agent_db, tmp_path):
