@@ -203,3 +203,22 @@ def test_a_rating_after_export_is_a_human_annotation_on_the_root_and_leaves_the_
     export_to_phoenix(agent_db, tmp_path, phoenix, **overrides)
     (annotation,) = root_annotations(phoenix, project, root_id)
     assert (annotation["result"]["label"], annotation["result"]["score"]) == ("UP", 1.0)
+
+
+def test_a_rating_the_run_had_when_it_was_sent_is_an_annotation_on_its_root_too(agent_db, tmp_path, phoenix):
+    """Most ratings come in before the run is sent; each becomes the one current annotation on its root."""
+    project = f"rated-at-export-{os.getpid()}"
+    seed(agent_db, 6, seed_value=34, waiting=0)
+    agent_db.execute("UPDATE diagnosis_run SET feedback = IF(id % 2 = 0, 'UP', 'DOWN')")
+    runs, tools = expected_rows(agent_db)
+    assert len(runs) >= 4  # the precondition: several rated runs, all rated before the export
+    overrides = dict(trace={"conventions": ["gen_ai", "openinference"], "project_name": project}, ui={"phoenix_url": phoenix.url})
+    export_to_phoenix(agent_db, tmp_path, phoenix, **overrides)
+    spans = project_spans(phoenix, project, len(runs) + len(tools))
+    labels = {row["run_id"]: row["feedback"] for row in table_rows(agent_db, "SELECT run_id, feedback FROM diagnosis_run")}
+    for run in runs:
+        (root,) = [s for s in spans if s["attributes"].get("diagnosis.run.id") == run["run_id"] and not s.get("parent_id")]
+        annotations = wait_for(
+            lambda root=root: root_annotations(phoenix, project, root["context"]["span_id"]), 60, "the annotation", 0.5
+        )
+        assert [(a["name"], a["result"]["label"]) for a in annotations] == [("user_feedback", labels[run["run_id"]])]
