@@ -5,6 +5,7 @@ at the test's Receiver, which shows what really went over the wire."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections import Counter
 from datetime import UTC, datetime, timedelta
@@ -319,6 +320,7 @@ def test_a_rating_given_after_export_joins_the_trace_in_jaeger_without_stretchin
     assert run_cli("backfill", "--config", config, "--since", since).returncode == 0
     root_copies = lambda: received_copies(tempo, trace_id)[root["spanID"]] == 2
     wait_for(root_copies, 30, "the root sent a second time")  # the precondition: the run really went again
+    time.sleep(2)  # the collector sent the batch to both exporters at once: Jaeger has it by now
     again = jaeger_trace(jaeger, trace_id, 4 + len(tools))
     assert [s["operationName"] for s in again["spans"]].count(root["operationName"]) == 1
     assert warnings_of(again) == [] and sorted(span_ids(again).values()) == [1] * (4 + len(tools))
