@@ -215,3 +215,43 @@ def test_a_rating_is_also_a_gen_ai_evaluation_result_log_record_on_the_root_span
         assert {kv.key: kv.value.string_value for kv in resource_logs.resource.attributes}["service.name"] == "diagnosis-agent"
     finally:
         receiver.stop()
+
+
+def test_a_state_store_from_an_earlier_release_keeps_its_ratings_and_gains_the_new_columns(agent_db, tmp_path):
+    """Tables as the release before made them: no start mark, no rating times. Nothing is sent again,
+    a change of a rating sent then has no span to mark, and the next change is marked."""
+    receiver = Receiver()
+    receiver.start()
+    try:
+        (trace,) = add_runs(agent_db, ["UTC_TIMESTAMP() - INTERVAL 10 MINUTE"])
+        run_id = f"run-{uuid.UUID(trace)}"
+        rate(agent_db, [run_id], "DOWN")
+        ((row_id,),) = agent_db.execute("SELECT id FROM diagnosis_run WHERE run_id = %s", run_id)
+        agent_db.execute(
+            "CREATE TABLE run_otel_checkpoint (name VARCHAR(64) PRIMARY KEY, format_version INT NOT NULL, "
+            "high_water BIGINT NOT NULL, pending TEXT NOT NULL, gaps TEXT NOT NULL, saved_at DOUBLE NOT NULL)"
+        )
+        agent_db.execute(
+            "CREATE TABLE run_otel_feedback (shard VARCHAR(64), run_id VARCHAR(128), feedback VARCHAR(64) NOT NULL, "
+            "sent_at DOUBLE NOT NULL, PRIMARY KEY (shard, run_id))"
+        )
+        agent_db.execute("INSERT INTO run_otel_checkpoint VALUES ('default', 1, %s, '{}', '{}', UNIX_TIMESTAMP())", row_id)
+        agent_db.execute("INSERT INTO run_otel_feedback VALUES ('default', %s, 'DOWN', UNIX_TIMESTAMP())", run_id)
+        sections = bridge_sections(agent_db, tmp_path, f"http://{receiver.endpoint}", state={"url": agent_db.url})
+        config = str(write_config(tmp_path / "c.toml", sections))
+        done = run_cli("once", "--config", config)
+        assert done.returncode == 0, done.stderr
+        assert "1 rated runs in the window, 0 new or changed sent" in done.stdout, done.stdout  # not sent again
+
+        rate(agent_db, [run_id], "UP")
+        assert "1 new or changed sent" in run_cli("once", "--config", config).stdout
+        assert [attrs(s)["gen_ai.evaluation.score.label"] for s in feedback_spans(receiver)] == ["UP"]
+        assert not [span for _r, _s, span in receiver.spans() if span.name.startswith("superseded")]
+
+        rate(agent_db, [run_id], "DOWN")
+        assert "1 new or changed sent" in run_cli("once", "--config", config).stdout
+        (marker,) = [span for _r, _s, span in receiver.spans() if span.name.startswith("superseded")]
+        (up,) = [s for s in feedback_spans(receiver) if attrs(s)["gen_ai.evaluation.score.label"] == "UP"]
+        assert marker.parent_span_id == up.span_id
+    finally:
+        receiver.stop()
