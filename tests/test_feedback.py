@@ -255,3 +255,31 @@ def test_a_state_store_from_an_earlier_release_keeps_its_ratings_and_gains_the_n
         assert marker.parent_span_id == up.span_id
     finally:
         receiver.stop()
+
+
+def test_a_backfill_sends_the_ratings_of_the_runs_it_sends_and_the_same_bytes_again(agent_db, tmp_path):
+    """The runs before the daemon's first start are the backfill's: so are their ratings, as a span in
+    the trace and a log record, once per backfill, byte-identical to the first when sent again."""
+    receiver = Receiver(logs=True)
+    receiver.start()
+    try:
+        traces = add_runs(agent_db, ["UTC_TIMESTAMP() - INTERVAL 2 HOUR"] * 3)
+        rate(agent_db, [f"run-{uuid.UUID(t)}" for t in traces[:2]], "DOWN")
+        agent_db.execute(  # a run that timed out carries no final rating
+            "INSERT INTO diagnosis_run (run_id, session_id, query, status, feedback, created_at, updated_at) VALUES "
+            "('run-timed-out', 's', 'q', 'RUNNING', 'UP', UTC_TIMESTAMP() - INTERVAL 3 HOUR, UTC_TIMESTAMP() - INTERVAL 3 HOUR)"
+        )
+        sections = bridge_sections(agent_db, tmp_path, f"http://{receiver.endpoint}", feedback={"log_records": True})
+        config = str(write_config(tmp_path / "c.toml", sections))
+        for _ in range(2):
+            done = run_cli("backfill", "--config", config, "--since", "4h")
+            assert done.returncode == 0, done.stderr
+        roots = [span for _r, _s, span in receiver.spans() if span.name.startswith("invoke_agent")]
+        assert len(roots) == 8  # the precondition: all four runs, twice
+        spans = feedback_spans(receiver)
+        assert sorted(span.trace_id.hex() for span in spans) == sorted(traces[:2] * 2)
+        assert len({span.SerializeToString() for span in spans}) == 2  # each rating the same bytes both times
+        records = [r for req in receiver.log_requests for rl in req.resource_logs for sl in rl.scope_logs for r in sl.log_records]
+        assert sorted(r.trace_id.hex() for r in records) == sorted(traces[:2] * 2)
+    finally:
+        receiver.stop()

@@ -22,7 +22,7 @@ from .mapping.masking import configured_secrets
 from .mapping.spans import Mapper
 from .pipeline.backfill_pass import BackfillPass
 from .pipeline.checkpoint import CheckpointStore
-from .pipeline.feedback import FeedbackPass
+from .pipeline.feedback import FeedbackPass, RatingSender
 from .pipeline.poller import Poller
 from .pipeline.results import Recorder
 from .pipeline.run_export import RunExporter
@@ -110,11 +110,13 @@ def build_poller(parts: Parts, keep_going: Callable[[], bool] = lambda: True, cl
 
 def build_backfill(parts: Parts) -> BackfillPass:
     config = parts.config
-    return BackfillPass(config.poll, config.shard, parts.source, build_exporter(parts), parts.source_clock, parts.recorder)
+    return BackfillPass(
+        config.poll, config.shard, parts.source, build_exporter(parts), parts.source_clock, parts.recorder, build_ratings(parts)
+    )
 
 
-def build_feedback(parts: Parts) -> FeedbackPass | None:
-    """The feedback recheck, sharing the parts of the poll; None when off."""
+def build_ratings(parts: Parts) -> RatingSender | None:
+    """Where ratings go: the run's trace, and the log records and Phoenix where configured; None when off."""
     config = parts.config
     if not config.feedback.enabled:
         return None
@@ -123,19 +125,17 @@ def build_feedback(parts: Parts) -> FeedbackPass | None:
         log_records = LogRecordSender(
             build_log_sink(config), resource_attributes(config, os.environ), parts.recorder.export_failed
         )
-    return FeedbackPass(
-        config.feedback,
-        config.shard,
-        parts.source,
-        parts.sink,
-        parts.store,
-        Evaluations(config.feedback, parts.source_clock, "openinference" in config.trace.conventions),
-        parts.encoder,
-        parts.source_clock,
-        parts.recorder,
-        log_records=log_records,
-        phoenix=_phoenix(config),
-    )
+    evaluations = Evaluations(config.feedback, parts.source_clock, "openinference" in config.trace.conventions)
+    return RatingSender(parts.sink, parts.encoder, evaluations, log_records, _phoenix(config))
+
+
+def build_feedback(parts: Parts) -> FeedbackPass | None:
+    """The feedback recheck, sharing the parts of the poll; None when off."""
+    ratings = build_ratings(parts)
+    if ratings is None:
+        return None
+    config = parts.config
+    return FeedbackPass(config.feedback, config.shard, parts.source, parts.store, ratings, parts.recorder)
 
 
 def start_metrics(config: Config, alive: Check | None = None) -> tuple[BridgeMetrics | None, HealthServer | None]:

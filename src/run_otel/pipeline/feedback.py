@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -31,7 +31,6 @@ from ..export.sinks import Sink
 from ..mapping.evaluation import Evaluations
 from ..mapping.feedback_vocab import UnmappedFeedback
 from ..sharding import Shard, in_shard
-from ..source.clock import SourceClock
 from ..source.reader import Source
 from ..source.rows import FeedbackRow
 from .checkpoint import CheckpointStore, SentRating
@@ -49,65 +48,27 @@ class FeedbackResult:
     sent: int = 0  # new or changed values sent
 
 
-class FeedbackPass:
+class RatingSender:
+    """A rating in its three shapes: the span in the run's trace (with a marker under the span of the
+    rating it replaced), the ``gen_ai.evaluation.result`` log record, and the Phoenix annotation."""
+
     def __init__(
         self,
-        config: FeedbackConfig,
-        shard: Shard,
-        source: Source,
         sink: Sink,
-        store: CheckpointStore,
-        evaluations: Evaluations,
         encoder: FastEncoder,
-        source_clock: SourceClock,
-        recorder: Recorder | None = None,
-        clock: Callable[[], float] = time.time,
+        evaluations: Evaluations,
         log_records: LogRecordSender | None = None,
         phoenix: PhoenixAnnotations | None = None,
     ):
-        self._config = config
-        self._shard = shard
-        self._source = source
         self._sink = sink
-        self._store = store
-        self._evaluations = evaluations
+        self._encoder = encoder
+        self.evaluations = evaluations
         self._log_records = log_records
         self._phoenix = phoenix
-        self._encoder = encoder
-        self._source_clock = source_clock
-        self._recorder = recorder or Recorder()
-        self._clock = clock
-        self._unmapped = UnmappedFeedback(config)
 
-    def run(self) -> FeedbackResult:
-        """One pass over the exported runs (up to the saved checkpoint) created within the window."""
-        checkpoint = self._store.load()
-        if checkpoint is None or checkpoint.high_water <= checkpoint.start_mark:
-            return FeedbackResult()
-        now = self._clock()
-        since = self._source_clock.naive(datetime.fromtimestamp(now - self._config.window_seconds, UTC))
-        first_id = max(self._source.first_id_created_at_or_after(since), checkpoint.start_mark + 1)
-        # A pending or missing run is not sent yet: its rating goes out on the pass after its export.
-        unsent = checkpoint.pending.keys() | checkpoint.gaps.keys()
-        rated = [
-            row
-            for row in self._source.rated_runs(first_id, checkpoint.high_water)
-            if row.id not in unsent and in_shard(row.run_id, self._shard)
-        ]
-        self._unmapped.note(row.feedback for row in rated)
-        sent_before = self._store.sent_feedback([row.run_id for row in rated])
-        changed = [row for row in rated if (before := sent_before.get(row.run_id)) is None or before.feedback != row.feedback]
-        if changed:
-            self._send(changed, sent_before)
-        sent = {row.run_id: SentRating(row.feedback, self._evaluations.rated_at_ns(row)) for row in changed}
-        self._store.save_feedback(sent, now, now - self._config.window_seconds)
-        self._recorder.feedback_sent(changed)
-        if changed:
-            log.debug("feedback: %d rated runs in the window, %d new or changed sent", len(rated), len(changed))
-        return FeedbackResult(len(rated), len(changed))
-
-    def _send(self, rows: list[FeedbackRow], sent_before: dict[str, SentRating]) -> None:
-        evaluations = self._evaluations
+    def send(self, rows: Sequence[FeedbackRow], sent_before: Mapping[str, SentRating] | None = None) -> None:
+        """Raises when the spans were not acknowledged or Phoenix refused; the caller records nothing then."""
+        evaluations, sent_before = self.evaluations, sent_before or {}
         spans = [self._encoder.span(evaluations.span(row)) for row in rows]
         for row in rows:
             before = sent_before.get(row.run_id)
@@ -123,3 +84,51 @@ class FeedbackPass:
                 self._log_records.send([evaluations.log_record(row) for row in chunk])
             if self._phoenix is not None:
                 self._phoenix.upsert([evaluations.annotation(row) for row in chunk])
+
+
+class FeedbackPass:
+    def __init__(
+        self,
+        config: FeedbackConfig,
+        shard: Shard,
+        source: Source,
+        store: CheckpointStore,
+        ratings: RatingSender,
+        recorder: Recorder | None = None,
+        clock: Callable[[], float] = time.time,
+    ):
+        self._config = config
+        self._shard = shard
+        self._source = source
+        self._store = store
+        self._ratings = ratings
+        self._recorder = recorder or Recorder()
+        self._clock = clock
+        self._unmapped = UnmappedFeedback(config)
+
+    def run(self) -> FeedbackResult:
+        """One pass over the exported runs (up to the saved checkpoint) created within the window."""
+        checkpoint = self._store.load()
+        if checkpoint is None or checkpoint.high_water <= checkpoint.start_mark:
+            return FeedbackResult()
+        now = self._clock()
+        since = self._source.clock.naive(datetime.fromtimestamp(now - self._config.window_seconds, UTC))
+        first_id = max(self._source.first_id_created_at_or_after(since), checkpoint.start_mark + 1)
+        # A pending or missing run is not sent yet: its rating goes out on the pass after its export.
+        unsent = checkpoint.pending.keys() | checkpoint.gaps.keys()
+        rated = [
+            row
+            for row in self._source.rated_runs(first_id, checkpoint.high_water)
+            if row.id not in unsent and in_shard(row.run_id, self._shard)
+        ]
+        self._unmapped.note(row.feedback for row in rated)
+        sent_before = self._store.sent_feedback([row.run_id for row in rated])
+        changed = [row for row in rated if (before := sent_before.get(row.run_id)) is None or before.feedback != row.feedback]
+        if changed:
+            self._ratings.send(changed, sent_before)
+        sent = {row.run_id: SentRating(row.feedback, self._ratings.evaluations.rated_at_ns(row)) for row in changed}
+        self._store.save_feedback(sent, now, now - self._config.window_seconds)
+        self._recorder.feedback_sent(changed)
+        if changed:
+            log.debug("feedback: %d rated runs in the window, %d new or changed sent", len(rated), len(changed))
+        return FeedbackResult(len(rated), len(changed))
