@@ -59,6 +59,7 @@ def documents_of(details: str | None) -> list[str]:
 def test_openinference_runs_render_as_agent_tool_and_retriever_with_documents_sessions_and_project(agent_db, tmp_path, phoenix):
     project = f"sre-diagnosis-{os.getpid()}"
     seed(agent_db, 20, seed_value=31, waiting=0)
+    agent_db.execute("UPDATE diagnosis_run SET feedback = NULL")  # ratings have tests of their own below
     # This seed has neither a failed run nor a failed call: one of each, so both are compared.
     agent_db.execute("UPDATE diagnosis_run SET status = 'FAILED' WHERE status = 'SUCCESS' ORDER BY id LIMIT 1")
     agent_db.execute(
@@ -119,6 +120,7 @@ def test_the_default_gen_ai_profile_alone_renders_as_agent_tool_and_retriever(ag
     # Phoenix converts gen_ai.* itself (since 15.10); runs land in its default project.
     service = f"genai-only-{os.getpid()}"
     seed(agent_db, 8, seed_value=32, waiting=0)
+    agent_db.execute("UPDATE diagnosis_run SET feedback = NULL")  # ratings have tests of their own below
     runs, tools = expected_rows(agent_db)
     export_to_phoenix(agent_db, tmp_path, phoenix, service={"name": service})
     ours = wait_for(

@@ -117,10 +117,12 @@ def test_each_run_opens_in_jaeger_by_the_uuid_of_its_run_id_as_mapped(stack, age
     for run, tools in expected.values():
         # What an SRE pastes: the UUID of run-<uuid>, as Jaeger's trace-id lookup takes it.
         run_uuid = uuid.UUID(run["run_id"].removeprefix("run-"))
-        trace = jaeger_trace(jaeger, run_uuid.hex, 1 + len(tools))
+        # A rated run's trace also holds its rating's span, sent by the feedback pass after the run.
+        spans = 1 + len(tools) + (run["feedback"] is not None)
+        trace = jaeger_trace(jaeger, run_uuid.hex, spans)
         assert trace["traceID"] == run_uuid.hex
         assert [p["serviceName"] for p in trace["processes"].values()] == [SERVICE]
-        assert sorted(span_ids(trace).values()) == [1] * (1 + len(tools))
+        assert sorted(span_ids(trace).values()) == [1] * spans
         assert_trace_matches(run, tools, [otlp_span(span) for span in trace["spans"]])
         assert warnings_of(trace) == [], warnings_of(trace)
         failed_tools += sum(1 for tool in tools if tool["success"] == 0)
@@ -193,8 +195,8 @@ def test_a_second_backfill_of_the_same_rows_leaves_one_copy_of_each_span(stack, 
     for _ in range(2):
         done = run_cli("backfill", "--config", config, "--since", since)
         assert done.returncode == 0, done.stderr
-    for trace_id, (_run, tools) in expected.items():
-        spans = 1 + len(tools)
+    for trace_id, (run, tools) in expected.items():
+        spans = 1 + len(tools) + (run["feedback"] is not None)  # a backfill sends the rating too
         # The precondition: every span really went over the wire twice.
         wait_for_copies(tempo, trace_id, spans, 2)
         trace = jaeger_trace(jaeger, trace_id, spans)
@@ -205,9 +207,10 @@ def test_a_second_backfill_of_the_same_rows_leaves_one_copy_of_each_span(stack, 
         "backfill", "--config", config, "--since", since, env={"OTEL_RESOURCE_ATTRIBUTES": "deployment.environment.name=replay"}
     )
     assert done.returncode == 0, done.stderr
-    for trace_id, (_run, tools) in expected.items():
-        trace = jaeger_trace(jaeger, trace_id, 2 * (1 + len(tools)))
-        assert sorted(span_ids(trace).values()) == [2] * (1 + len(tools))
+    for trace_id, (run, tools) in expected.items():
+        spans = 1 + len(tools) + (run["feedback"] is not None)
+        trace = jaeger_trace(jaeger, trace_id, 2 * spans)
+        assert sorted(span_ids(trace).values()) == [2] * spans
 
 
 def test_a_run_backfilled_a_month_late_is_found_by_a_search_over_its_own_hour(stack, agent_db, tmp_path):
