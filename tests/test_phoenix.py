@@ -4,6 +4,7 @@ OTLP/HTTP endpoint, read back through its REST and GraphQL APIs."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections import Counter
 from datetime import datetime
@@ -224,3 +225,31 @@ def test_a_rating_the_run_had_when_it_was_sent_is_an_annotation_on_its_root_too(
             lambda root=root: root_annotations(phoenix, project, root["context"]["span_id"]), 60, "the annotation", 0.5
         )
         assert [(a["name"], a["result"]["label"]) for a in annotations] == [("user_feedback", labels[run["run_id"]])]
+
+
+@pytest.mark.server
+def test_a_root_phoenix_never_stores_is_named_once_its_queue_is_done_with_the_rating(phoenix, caplog):
+    """A rating whose root went elsewhere waits in Phoenix's queue, then is looked for again and named."""
+    from run_otel.export.phoenix import PhoenixAnnotations
+
+    now = [0.0]
+    annotations = PhoenixAnnotations(phoenix.url, queue_seconds=600, clock=lambda: now[0])
+    item = {
+        "span_id": os.urandom(8).hex(),  # a root Phoenix never received
+        "name": "user_feedback",
+        "annotator_kind": "HUMAN",
+        "result": {"label": "DOWN", "score": 0.0},
+        "identifier": "diagnosis_run.feedback",
+        "metadata": {"run_id": "run-nowhere"},
+    }
+    with caplog.at_level(logging.INFO, logger="run_otel.export.phoenix"):
+        assert annotations.upsert([item]) is False  # left to Phoenix's queue
+        assert "wait in its queue" in caplog.text and "never stored" not in caplog.text
+        now[0] = 599.0
+        assert annotations.look_again() == 0  # the queue may still store it: nothing said yet
+        assert "never stored" not in caplog.text
+        now[0] = 600.0
+        assert annotations.look_again() == 1
+        assert "Phoenix never stored the root span of 1 rated runs" in caplog.text and "run-nowhere" in caplog.text
+        assert annotations.look_again() == 0  # said once
+    annotations.close()

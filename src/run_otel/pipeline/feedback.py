@@ -66,6 +66,11 @@ class RatingSender:
         self._log_records = log_records
         self._phoenix = phoenix
 
+    def look_again(self) -> None:
+        """Phoenix: the annotations its queue held for roots it lacked, once it is done with them."""
+        if self._phoenix is not None:
+            self._phoenix.look_again()
+
     def send(self, rows: Sequence[FeedbackRow], sent_before: Mapping[str, SentRating] | None = None) -> None:
         """Raises when the spans were not acknowledged or Phoenix refused; the caller records nothing then."""
         evaluations, sent_before = self.evaluations, sent_before or {}
@@ -108,6 +113,7 @@ class FeedbackPass:
 
     def run(self) -> FeedbackResult:
         """One pass over the exported runs (up to the saved checkpoint) created within the window."""
+        self._ratings.look_again()
         checkpoint = self._store.load()
         if checkpoint is None or checkpoint.high_water <= checkpoint.start_mark:
             return FeedbackResult()
