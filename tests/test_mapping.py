@@ -562,6 +562,17 @@ def test_same_rows_twice_are_byte_identical():
     assert third.SerializeToString() != first
 
 
+def test_a_rating_given_or_changed_leaves_the_run_spans_byte_identical():
+    """A backfill after a rating re-sends the run: the same bytes, so Jaeger and Tempo keep one copy."""
+    config = build_config({})
+    tools = [make_tool(1)]
+    unrated = encode_spans(mapper_for(config).map_run(make_run(feedback=None), tools).spans, {}).SerializeToString()
+    for rating in ("DOWN", "UP"):
+        rated = mapper_for(config).map_run(make_run(feedback=rating), tools)
+        assert rated.spans[0].name.startswith("invoke_agent")  # the precondition: the root is among them
+        assert encode_spans(rated.spans, {}).SerializeToString() == unrated
+
+
 def test_resource_carries_service_and_env_attributes():
     config = build_config({"service": {"name": "diag", "namespace": "ops", "environment": "prod"}})
     attrs = resource_attributes(config.service, config.trace, {"OTEL_RESOURCE_ATTRIBUTES": "team=sre,service.name=ignored"})

@@ -54,7 +54,6 @@ RUN_STATUS = "diagnosis.run.status"
 RUN_INTENT = "diagnosis.run.intent"
 RUN_RELEASE_OUTCOME = "diagnosis.run.release_outcome"
 RUN_AGENT_FLOW = "diagnosis.run.agent_flow"
-RUN_FEEDBACK = "diagnosis.run.feedback"
 RUN_STEP_COUNT = "diagnosis.run.step_count"
 RUN_TOOL_CALL_COUNT = "diagnosis.run.tool_call_count"
 RUN_TOTAL_TOKEN_COUNT = "diagnosis.run.total_token_count"
@@ -95,8 +94,8 @@ GEN_AI_EVALUATION_SCORE_VALUE: str = gen_ai.GEN_AI_EVALUATION_SCORE_VALUE
 GEN_AI_EVALUATION_RESULT_EVENT = "gen_ai.evaluation.result"
 # When the user rated (ISO 8601, UTC): the span sits inside the run, not at this time.
 FEEDBACK_RATED_AT = "diagnosis.feedback.rated_at"
-# The value this rating replaced, so the current one reads at a glance.
-FEEDBACK_PREVIOUS = "diagnosis.feedback.previous"
+# On the span that marks a rating superseded: the rating that replaced it, and when that was given.
+FEEDBACK_SUPERSEDED_BY = "diagnosis.feedback.superseded_by"
 OI_KIND_EVALUATOR = "EVALUATOR"
 
 # OpenInference profile

@@ -159,7 +159,6 @@ class Mapper:
             (A.RUN_INTENT, run.intent),
             (A.RUN_RELEASE_OUTCOME, run.release_outcome),
             (A.RUN_AGENT_FLOW, run.agent_flow),
-            (A.RUN_FEEDBACK, run.feedback),
             (A.RUN_STEP_COUNT, run.step_count),
             (A.RUN_TOOL_CALL_COUNT, run.tool_call_count),
             (A.RUN_TOTAL_TOKEN_COUNT, run.total_token_count),

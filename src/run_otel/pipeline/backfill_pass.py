@@ -1,6 +1,7 @@
 """A backfill's pass over an id range: read each batch (the next one while this
 one is sent), keep the finished runs of the shard created in the window, and
-export them. The checkpoint is neither read nor moved."""
+export them, then the ratings they carry (the daemon's feedback pass follows
+only the runs it sent itself). The checkpoint is neither read nor moved."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from ..config import PollConfig
 from ..sharding import Shard, in_shard
 from ..source.reader import Source
 from ..source.reconnect import Reconnecting
-from ..source.rows import RunRow, ToolRow, is_terminal
+from ..source.rows import FeedbackRow, RunRow, ToolRow, is_terminal
+from .feedback import FeedbackSender
 from .gc_policy import BatchCollection
 from .readahead import ReadAhead
 from .results import PollResult, Recorder
@@ -45,9 +47,11 @@ class BackfillPass:
         source: Source,
         exporter: RunExporter,
         recorder: Recorder,
+        ratings: FeedbackSender | None = None,
         clock: Callable[[], float] = time.time,
     ):
         self._batch_size = poll.batch_size
+        self._ratings = ratings
         self._shard = shard
         self._source = source
         self._exporter = exporter
@@ -78,8 +82,12 @@ class BackfillPass:
                 result = self._exporter.export(batch.ready, batch.incomplete, batch.tools)
                 result.outside_window = batch.outside_window
                 result.in_flight = batch.in_flight
+                rated = _rated(batch.ready) if self._ratings is not None else []
+                if self._ratings is not None and rated:
+                    self._ratings.send(rated)
                 if record_metrics:
                     self._recorder.runs_exported(result, self._clock())
+                    self._recorder.feedback_sent(rated)
                 total.add(result)
                 on_batch(result, batch.cursor)
                 collection.after_batch()
@@ -102,3 +110,12 @@ class BackfillPass:
 
     def _finished(self, run: RunRow, now: float) -> bool:
         return is_terminal(run.status) or timed_out(self._source.clock.epoch(run.created_at), now, now, self._rules)
+
+
+def _rated(runs: list[RunRow]) -> list[FeedbackRow]:
+    """The finished runs' ratings, as the feedback pass reads them (a timed-out run's is not final)."""
+    return [
+        FeedbackRow(r.id, r.run_id, r.intent, r.feedback, r.updated_at, r.created_at, r.total_duration_ms)
+        for r in runs
+        if r.feedback is not None and is_terminal(r.status)
+    ]

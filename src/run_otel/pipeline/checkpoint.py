@@ -38,6 +38,9 @@ checkpoint_table = Table(
     Column("pending", Text, nullable=False),
     Column("gaps", Text, nullable=False),
     Column("saved_at", Seconds, nullable=False),
+    # The high-water mark of the first start: runs at or below it were never this bridge's to send
+    # (a backfill's, or nobody's), so their ratings are not either. NULL in tables of earlier releases.
+    Column("start_mark", BigInteger, nullable=True),
 )
 
 
@@ -49,7 +52,12 @@ feedback_table = Table(
     Column("run_id", String(128), primary_key=True),
     Column("feedback", String(64), nullable=False),
     Column("sent_at", Seconds, nullable=False, index=True),
+    # When the rating sent was given (ns): names its span, under which a later rating marks it superseded.
+    Column("rated_at_ns", BigInteger, nullable=True),
 )
+
+# Columns added since the tables were first released: added in place to tables made before.
+_ADDED_COLUMNS = ((checkpoint_table, "start_mark"), (feedback_table, "rated_at_ns"))
 
 
 class CheckpointError(RuntimeError):
@@ -63,9 +71,19 @@ class Checkpoint:
     pending: dict[int, float] = field(default_factory=dict)
     # missing primary key below the high-water mark -> when it was first missed
     gaps: dict[int, float] = field(default_factory=dict)
+    # The first start's high-water mark; 0 for a checkpoint saved before it was recorded.
+    start_mark: int = 0
 
     def copy(self) -> Checkpoint:
-        return Checkpoint(self.high_water, dict(self.pending), dict(self.gaps))
+        return Checkpoint(self.high_water, dict(self.pending), dict(self.gaps), self.start_mark)
+
+
+@dataclass(frozen=True)
+class SentRating:
+    """The rating last sent for a run, and when it was given (None when an earlier release sent it)."""
+
+    feedback: str
+    rated_at_ns: int | None = None
 
 
 class CheckpointStore:
@@ -91,6 +109,7 @@ class CheckpointStore:
                 f"state store {self.describe()} is not usable: {exc.__class__.__name__}: {getattr(exc, 'orig', exc)}"
             ) from None
         self._widen_seconds()
+        self._add_columns()
 
     def _widen_seconds(self) -> None:
         """Tables created by earlier releases on MySQL/MariaDB keep seconds in a FLOAT: made DOUBLE here."""
@@ -114,6 +133,20 @@ class CheckpointStore:
                     kind,
                     getattr(exc, "orig", exc),
                 )
+
+    def _add_columns(self) -> None:
+        """Adds the nullable columns newer than the tables, so a store made by an earlier release keeps working."""
+        for table, column in _ADDED_COLUMNS:
+            try:
+                if column in {c["name"] for c in inspect(self.engine).get_columns(table.name)}:
+                    continue
+                kind = table.c[column].type.compile(dialect=self.engine.dialect)
+                with self.engine.begin() as conn:
+                    conn.execute(text(f"ALTER TABLE {table.name} ADD COLUMN {column} {kind} NULL"))
+                log.info("state store %s: added %s.%s", self.describe(), table.name, column)
+            except SQLAlchemyError as exc:
+                # Two instances starting together race to add it; a store that cannot take it fails at first use.
+                log.debug("state store %s: adding %s.%s: %s", self.describe(), table.name, column, getattr(exc, "orig", exc))
 
     def _table_exists(self) -> bool:
         try:
@@ -146,6 +179,7 @@ class CheckpointStore:
                 high_water=int(row.high_water),
                 pending={int(k): float(v) for k, v in json.loads(row.pending).items()},
                 gaps={int(k): float(v) for k, v in json.loads(row.gaps).items()},
+                start_mark=int(row.start_mark or 0),
             )
         except (ValueError, TypeError, AttributeError) as exc:
             raise CheckpointError(
@@ -181,17 +215,15 @@ class CheckpointStore:
                 out.append((name, checkpoint, float(saved_at)))
         return out
 
-    def save(
-        self, checkpoint: Checkpoint, now: float, feedback: dict[str, str] | None = None, watched: list[Watched] | None = None
-    ) -> None:
-        """Saves the checkpoint and, in the same transaction, the feedback its runs were exported
-        with and the runs whose traces are kept complete from now on."""
+    def save(self, checkpoint: Checkpoint, now: float, watched: list[Watched] | None = None) -> None:
+        """Saves the checkpoint and, in the same transaction, the runs whose traces are kept complete from now on."""
         values = {
             "format_version": FORMAT_VERSION,
             "high_water": checkpoint.high_water,
             "pending": json.dumps({str(k): v for k, v in sorted(checkpoint.pending.items())}),
             "gaps": json.dumps({str(k): v for k, v in sorted(checkpoint.gaps.items())}),
             "saved_at": now,
+            "start_mark": checkpoint.start_mark,
         }
         try:
             with self.engine.begin() as conn:
@@ -200,8 +232,6 @@ class CheckpointStore:
                 ).rowcount
                 if not updated:
                     conn.execute(checkpoint_table.insert().values(name=self.name, **values))
-                if feedback:
-                    self._record_feedback(conn, feedback, now)
                 if watched:
                     watch.record(conn, self.name, watched)
         except SQLAlchemyError as exc:
@@ -231,32 +261,37 @@ class CheckpointStore:
         self.engine.dispose()
         return CheckpointError(f"state store {self.describe()} {what}: {getattr(exc, 'orig', exc)}")
 
-    def _record_feedback(self, conn: Connection, sent: dict[str, str], now: float) -> None:
+    def _record_feedback(self, conn: Connection, sent: dict[str, SentRating], now: float) -> None:
         table = feedback_table
         conn.execute(table.delete().where(table.c.shard == self.name, table.c.run_id.in_(list(sent))))
         conn.execute(
             table.insert(),
-            [{"shard": self.name, "run_id": run_id, "feedback": value, "sent_at": now} for run_id, value in sent.items()],
+            [
+                {"shard": self.name, "run_id": run_id, "feedback": r.feedback, "rated_at_ns": r.rated_at_ns, "sent_at": now}
+                for run_id, r in sent.items()
+            ],
         )
 
     # -- feedback sent --------------------------------------------------------------
 
-    def sent_feedback(self, run_ids: list[str]) -> dict[str, str]:
-        """run_id -> the feedback value last sent, for those of ``run_ids`` that have one."""
+    def sent_feedback(self, run_ids: list[str]) -> dict[str, SentRating]:
+        """run_id -> the rating last sent, for those of ``run_ids`` that have one."""
         table, out = feedback_table, {}
         try:
             with self.engine.connect() as conn:
                 for start in range(0, len(run_ids), 500):
                     chunk = run_ids[start : start + 500]
                     rows = conn.execute(
-                        select(table.c.run_id, table.c.feedback).where(table.c.shard == self.name, table.c.run_id.in_(chunk))
+                        select(table.c.run_id, table.c.feedback, table.c.rated_at_ns).where(
+                            table.c.shard == self.name, table.c.run_id.in_(chunk)
+                        )
                     )
-                    out.update({run_id: feedback for run_id, feedback in rows})
+                    out.update({run_id: SentRating(feedback, rated_at) for run_id, feedback, rated_at in rows})
         except SQLAlchemyError as exc:
             raise self._failed("is unreadable", exc) from None
         return out
 
-    def save_feedback(self, sent: dict[str, str], now: float, forget_before: float) -> None:
+    def save_feedback(self, sent: dict[str, SentRating], now: float, forget_before: float) -> None:
         """Records what was acknowledged, and forgets runs that left the recheck window."""
         table = feedback_table
         try:

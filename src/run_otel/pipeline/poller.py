@@ -43,8 +43,6 @@ class Poller:
         keep_going: Callable[[], bool] = lambda: True,
     ):
         self._poll = poll
-        # Feedback the root already carries is saved with the checkpoint; the factory sets it when the feedback pass runs.
-        self.keep_feedback = False
         self._source = source
         self._store = store
         self._exporter = exporter
@@ -124,11 +122,8 @@ class Poller:
             self._recorder.export_failed()
             raise
         acked_at = self._clock()
-        # Feedback the root already carries is recorded with the checkpoint, in one transaction:
-        # the feedback recheck then sends only what is set or changed after the export.
-        rated = {run.run_id: run.feedback for run in decided.to_export if run.feedback is not None} if self.keep_feedback else {}
         watched = self._late.watch(result.runs, acked_at) if self._late is not None else None
-        self._store.save(following, acked_at, rated, watched)
+        self._store.save(following, acked_at, watched)
         if self._late is not None and watched:
             self._late.remember(watched)
         self._high_water = following.high_water
@@ -178,6 +173,8 @@ class Poller:
             return saved
         start = self._poll.start_from
         checkpoint = initial_checkpoint(start, self._source.max_run_id() if start == "now" else 0)
+        # Runs at or below the first mark are not this bridge's: the feedback pass leaves their ratings alone.
+        checkpoint.start_mark = checkpoint.high_water
         # From "beginning" a lost checkpoint only re-sends; from "now" or an id it may skip runs.
         level = logging.INFO if start == "beginning" else logging.WARNING
         log.log(

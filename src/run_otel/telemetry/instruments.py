@@ -80,7 +80,7 @@ FEEDBACK = Instrument(
     "diagnosis.run.feedback",
     COUNTER,
     "{run}",
-    "User feedback on runs, counted once per new or changed value.",
+    "User ratings of the runs the bridge sent, each counted once when first seen; a changed rating is a new one.",
     ("feedback", "intent"),
 )
 

@@ -86,7 +86,6 @@ class BridgeMetrics(Recorder):
         meter = self.provider.get_meter("run_otel", __version__)
         self._settle = settle_seconds
         self._feedback = feedback
-        self._count_feedback = feedback.enabled
         self._shard = shard_name(shard)
         self._i: dict[str, Any] = {}
         factories: dict[str, Callable[..., Any]] = {
@@ -145,9 +144,6 @@ class BridgeMetrics(Recorder):
                 seconds, labels = run.total_duration_ms / 1000, I.RUN_DURATION.labelled(status, intent)
                 self._get(I.RUN_DURATION).record(seconds, labels, context=context)
                 self._exemplars.record(I.RUN_DURATION, labels, trace_id, root_id, seconds)
-            if run.feedback is not None and self._count_feedback:
-                # Exported with its rating: counted here, once; later changes count in feedback_sent.
-                self._get(I.FEEDBACK).add(1, I.FEEDBACK.labelled(self._feedback.label_of(run.feedback) or OTHER, intent))
             if run.total_token_count:
                 self._get(I.RUN_TOKENS).add(max(run.total_token_count, 0), I.RUN_TOKENS.labelled(intent))
             for tool in exported.tools:
