@@ -573,6 +573,23 @@ def test_a_rating_given_or_changed_leaves_the_run_spans_byte_identical():
         assert encode_spans(rated.spans, {}).SerializeToString() == unrated
 
 
+def test_a_late_finish_carries_no_rating_and_is_byte_identical_rated_or_not():
+    """The completion child copies the root's attributes; ratings reach the trace only through the feedback pass."""
+    config = build_config({"trace": {"conventions": ["gen_ai", "openinference"]}})
+    tools = [make_tool(1), make_tool(2)]
+
+    def late(feedback: str | None) -> list:
+        return mapper_for(config).map_late(make_run(feedback=feedback), tools, {2}, completed=True).spans
+
+    rated = late("DOWN")
+    completion = next(span for span in rated if span.name.endswith(A.COMPLETION_SUFFIX))
+    assert (A.RUN_COMPLETED_LATE, True) in completion.attributes  # the precondition: the completion child is there
+    for span in rated:
+        keys = {key for key, _value in span.attributes}
+        assert not {key for key in keys if "feedback" in key or key.startswith("gen_ai.evaluation")}, (span.name, keys)
+    assert encode_spans(rated, {}).SerializeToString() == encode_spans(late(None), {}).SerializeToString()
+
+
 def test_resource_carries_service_and_env_attributes():
     config = build_config({"service": {"name": "diag", "namespace": "ops", "environment": "prod"}})
     attrs = resource_attributes(config.service, config.trace, {"OTEL_RESOURCE_ATTRIBUTES": "team=sre,service.name=ignored"})
