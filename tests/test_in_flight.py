@@ -8,7 +8,7 @@ from datetime import timedelta
 from helpers import add_run, bridge_sections, new_run_id, run_cli, utc_now_naive, write_config
 
 from run_otel.config import build_config
-from run_otel.factory import build_parts, build_poller
+from run_otel.factory import build_feedback, build_parts, build_poller
 from run_otel.mapping.span_data import trace_id_for
 
 
@@ -47,5 +47,44 @@ def test_a_run_in_flight_at_the_first_start_is_sent_when_it_finishes(agent_db, r
     second = poller.poll()
     assert second.run_count == 1 and second.pending == 0
     assert trace_id_for(in_flight) in roots_of(receiver)
+    parts.close()
+    conn.close()
+
+
+def rating_spans(receiver, run_id: str) -> list:
+    trace = trace_id_for(run_id)
+    return [span for _r, _s, span in receiver.spans() if span.trace_id == trace and span.name.startswith("evaluation ")]
+
+
+def test_a_run_in_flight_at_the_first_start_gets_its_rating_and_runs_it_never_sent_do_not(agent_db, receiver, tmp_path):
+    conn = agent_db.server.root(agent_db.name)
+    started = utc_now_naive() - timedelta(minutes=5)
+    in_flight = new_run_id()
+    add_run(conn, in_flight, status="RUNNING", created_at=started, updated_at=started)
+    # Finished and rated before the first start, between the run taken over and the mark: never sent.
+    before = new_run_id()
+    add_run(conn, before, feedback="UP", created_at=started, updated_at=started)
+    conn.commit()
+    sections = bridge_sections(agent_db, tmp_path, receiver.endpoint, poll={"start_from": "now"})
+    parts = build_parts(build_config(sections))
+    poller, feedback = build_poller(parts), build_feedback(parts)
+    assert feedback is not None
+    assert poller.poll().pending == 1  # the precondition: the running run was taken over below the mark
+    assert feedback.run().sent == 0
+
+    with conn.cursor() as cur:
+        cur.execute(
+            "UPDATE diagnosis_run SET status='SUCCESS', feedback='DOWN', updated_at = UTC_TIMESTAMP() - INTERVAL 1 SECOND "
+            "WHERE run_id=%s",
+            (in_flight,),
+        )
+    conn.commit()
+    assert poller.poll().run_count == 1
+    assert feedback.run().sent == 1
+    assert feedback.run().sent == 0  # once
+    (span,) = rating_spans(receiver, in_flight)
+    labels = {kv.key: kv.value.string_value for kv in span.attributes}
+    assert labels["gen_ai.evaluation.score.label"] == "DOWN"
+    assert rating_spans(receiver, before) == []  # a rating alone would open a trace with no run in it
     parts.close()
     conn.close()

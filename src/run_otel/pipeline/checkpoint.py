@@ -41,6 +41,9 @@ checkpoint_table = Table(
     # The high-water mark of the first start: runs at or below it were never this bridge's to send
     # (a backfill's, or nobody's), so their ratings are not either. NULL in tables of earlier releases.
     Column("start_mark", BigInteger, nullable=True),
+    # The runs below start_mark in flight at the first start, taken over and sent by this bridge: their
+    # ratings are its to send too. A JSON list of primary keys; NULL in tables of earlier releases.
+    Column("taken_over", Text, nullable=True),
 )
 
 
@@ -57,7 +60,7 @@ feedback_table = Table(
 )
 
 # Columns added since the tables were first released: added in place to tables made before.
-_ADDED_COLUMNS = ((checkpoint_table, "start_mark"), (feedback_table, "rated_at_ns"))
+_ADDED_COLUMNS = ((checkpoint_table, "start_mark"), (checkpoint_table, "taken_over"), (feedback_table, "rated_at_ns"))
 
 
 class CheckpointError(RuntimeError):
@@ -73,9 +76,11 @@ class Checkpoint:
     gaps: dict[int, float] = field(default_factory=dict)
     # The first start's high-water mark; 0 for a checkpoint saved before it was recorded.
     start_mark: int = 0
+    # Primary keys below start_mark of the runs in flight at the first start, which this bridge sends.
+    taken_over: set[int] = field(default_factory=set)
 
     def copy(self) -> Checkpoint:
-        return Checkpoint(self.high_water, dict(self.pending), dict(self.gaps), self.start_mark)
+        return Checkpoint(self.high_water, dict(self.pending), dict(self.gaps), self.start_mark, set(self.taken_over))
 
 
 @dataclass(frozen=True)
@@ -180,6 +185,7 @@ class CheckpointStore:
                 pending={int(k): float(v) for k, v in json.loads(row.pending).items()},
                 gaps={int(k): float(v) for k, v in json.loads(row.gaps).items()},
                 start_mark=int(row.start_mark or 0),
+                taken_over={int(i) for i in json.loads(row.taken_over or "[]")},
             )
         except (ValueError, TypeError, AttributeError) as exc:
             raise CheckpointError(
@@ -224,6 +230,7 @@ class CheckpointStore:
             "gaps": json.dumps({str(k): v for k, v in sorted(checkpoint.gaps.items())}),
             "saved_at": now,
             "start_mark": checkpoint.start_mark,
+            "taken_over": json.dumps(sorted(checkpoint.taken_over)),
         }
         try:
             with self.engine.begin() as conn:

@@ -5,8 +5,9 @@ after run-otel exported the run. A pass re-reads the finished, rated runs
 created within ``feedback.window_seconds``: one primary-key range, found by
 primary-key probes (the agent's schema has no index on ``updated_at``, and is
 not ours to change). The range starts above the first start's mark and ends at
-the checkpoint, and runs still pending or missing are left out: a rating alone,
-without its run's trace, would be an orphan trace. A value not sent before, or
+the checkpoint; beside it come the runs the first start took over in flight
+below its mark, which it sent too. Runs still pending or missing are left out:
+a rating alone, without its run's trace, would be an orphan trace. A value not sent before, or
 changed since, becomes a child span of the run's root, inside the run's window
 (``evaluation.py``), and, where configured, a ``gen_ai.evaluation.result`` log
 record and a Phoenix annotation; a replaced rating gets a ``superseded`` span
@@ -33,7 +34,7 @@ from ..mapping.feedback_vocab import UnmappedFeedback
 from ..sharding import in_shard
 from ..source.reader import Source
 from ..source.rows import FeedbackRow
-from .checkpoint import CheckpointStore, SentRating
+from .checkpoint import Checkpoint, CheckpointStore, SentRating
 from .results import Recorder
 
 if TYPE_CHECKING:  # its HTTP client loads only when Phoenix is configured
@@ -116,16 +117,19 @@ class FeedbackPass:
         """One pass over the exported runs (up to the saved checkpoint) created within the window."""
         self._ratings.look_again()
         checkpoint = self._store.load()
-        if checkpoint is None or checkpoint.high_water <= checkpoint.start_mark:
+        if checkpoint is None or (checkpoint.high_water <= checkpoint.start_mark and not checkpoint.taken_over):
             return FeedbackResult()
         now = self._clock()
         since = self._source.clock.naive(datetime.fromtimestamp(now - self._config.window_seconds, UTC))
-        first_id = max(self._source.first_id_created_at_or_after(since), checkpoint.start_mark + 1)
+        window_first = self._source.first_id_created_at_or_after(since)
         # A pending or missing run is not sent yet: its rating goes out on the pass after its export.
         unsent = checkpoint.pending.keys() | checkpoint.gaps.keys()
         rated = [
             row
-            for row in self._source.rated_runs(first_id, checkpoint.high_water)
+            for row in [
+                *self._taken_over(checkpoint, window_first),
+                *self._source.rated_runs(max(window_first, checkpoint.start_mark + 1), checkpoint.high_water),
+            ]
             if row.id not in unsent and in_shard(row.run_id, self._store.shard)
         ]
         self._unmapped.note(row.feedback for row in rated)
@@ -139,3 +143,11 @@ class FeedbackPass:
         if changed:
             log.debug("feedback: %d rated runs in the window, %d new or changed sent", len(rated), len(changed))
         return FeedbackResult(len(rated), len(changed))
+
+    def _taken_over(self, checkpoint: Checkpoint, window_first: int) -> list[FeedbackRow]:
+        """The rated runs below the start mark that the first start took over in flight, and sent: only
+        those, since the finished runs beside them were never this bridge's (one range read, filtered)."""
+        ids = [i for i in checkpoint.taken_over if window_first <= i <= checkpoint.start_mark]
+        if not ids:
+            return []
+        return [row for row in self._source.rated_runs(min(ids), max(ids)) if row.id in checkpoint.taken_over]

@@ -202,6 +202,8 @@ class Poller:
                 break
             taken += take_over(checkpoint, [r for r in runs if self._in_shard(r)], now, self._rules, self._source.clock)
             cursor = runs[-1].id
+        # Below the start mark, yet sent by this bridge: the feedback pass sends their ratings too.
+        checkpoint.taken_over = set(checkpoint.pending)
         if taken:
             log.info(
                 "first start: %d run(s) below run id %d still in flight are pending; each is sent when it finishes",
