@@ -159,3 +159,49 @@ def test_a_restart_inside_the_window_still_sends_a_late_tool_row(agent_db, recei
     spans = spans_of(receiver, run_id)
     assert len(spans) == 2 and Counter(span.span_id for span in spans)[root_span_id_for(run_id)] == 1
     conn.close()
+
+
+def test_a_late_tool_row_neither_resets_nor_resends_the_rating(agent_db, receiver, tmp_path):
+    """Ratings reach the trace only through the feedback pass: a late row's spans carry none, the pass
+    sends nothing again for it, and what it would send again is the same bytes."""
+    from sqlalchemy import delete
+
+    from run_otel.factory import build_feedback
+    from run_otel.pipeline.checkpoint import feedback_table
+
+    parts = build_parts(bridge_config(agent_db, tmp_path, receiver.endpoint))
+    poller, feedback = build_poller(parts), build_feedback(parts)
+    assert feedback is not None
+    run_id = new_run_id()
+    conn = agent_db.server.root(agent_db.name)
+    finished = utc_now_naive() - timedelta(seconds=10)
+    add_run(conn, run_id, feedback="DOWN", tool_call_count=2, total_duration_ms=5000, created_at=finished, updated_at=finished)
+    add_tool(conn, run_id, duration_ms=10, created_at=finished)
+    conn.commit()
+    assert poller.poll().run_count == 1
+    assert feedback.run().sent == 1
+
+    def ratings() -> list[bytes]:
+        return [span.SerializeToString() for span in spans_of(receiver, run_id) if span.name.startswith("evaluation ")]
+
+    (sent,) = ratings()
+    add_tool(conn, run_id, duration_ms=20, created_at=finished)  # committed after the export
+    conn.commit()
+    before = len(spans_of(receiver, run_id))
+    poller.poll()
+    spans = spans_of(receiver, run_id)
+    assert len(spans) == before + 1  # the precondition: the late row went out into the trace
+    for span in spans:
+        if not span.name.startswith("evaluation "):
+            assert not [kv.key for kv in span.attributes if "feedback" in kv.key or kv.key.startswith("gen_ai.evaluation")]
+    assert feedback.run().sent == 0
+    assert ratings() == [sent]
+
+    # A crash before the pass recorded its send: the pass sends the rating again, the same bytes.
+    with parts.store.engine.begin() as state:
+        state.execute(delete(feedback_table))
+    assert feedback.run().sent == 1
+    assert ratings() == [sent, sent]
+    assert not [span for span in spans_of(receiver, run_id) if span.name.startswith("superseded ")]
+    parts.close()
+    conn.close()
