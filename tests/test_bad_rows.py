@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from datetime import datetime
+from types import SimpleNamespace
 
 from helpers import (
     add_run,
@@ -15,8 +17,12 @@ from helpers import (
 )
 from servers import wait_for
 
-from run_otel.factory import build_parts, build_poller
+from run_otel.config import build_config
+from run_otel.factory import build_mapper, build_parts, build_poller
 from run_otel.pipeline.results import Recorder
+from run_otel.pipeline.run_export import RunExporter
+from run_otel.source.clock import SourceClock
+from run_otel.source.rows import RunRow, ToolRow
 
 
 class CountingRecorder(Recorder):
@@ -106,3 +112,49 @@ def test_bad_rows_are_exported_with_warnings_and_block_nothing(agent_db, otlp, t
         assert expected in logged, expected
     assert logged.count("unknown diagnosis_run.status 'ARCHIVED'") == 1  # logged once ...
     assert recorder.warnings >= 12  # ... and every bad value counted
+
+
+class DropRecorder(Recorder):
+    def __init__(self):
+        self.dropped: list[tuple[str, int]] = []
+
+    def spans_dropped(self, reason: str, count: int) -> None:
+        self.dropped.append((reason, count))
+
+
+def _exporter(recorder: Recorder) -> RunExporter:
+    config = build_config({})
+    clock = SourceClock("UTC")
+    # Only the mapping runs here: the exporter reads nothing and sends nothing, it needs the source's clock alone.
+    source = SimpleNamespace(clock=clock)
+    return RunExporter(source, build_mapper(config, clock), None, recorder)  # type: ignore[arg-type]
+
+
+def _rows(*durations) -> tuple[RunRow, list[ToolRow]]:
+    at = datetime(2026, 1, 1, 12)
+    run = RunRow(1, "run-a", "s", "SUCCESS", None, None, None, None, 1000, None, None, None, at, at)
+    tools = [
+        ToolRow(10 + k, "run-a", 1, "lookup", None, None, None, None, None, None, None, None, d, True, None, at)
+        for k, d in enumerate(durations)
+    ]
+    return run, tools
+
+
+def test_a_value_the_mapper_still_refuses_is_left_out_naming_its_column():
+    # A value no reading caught (a duration as text) makes the mapper raise.
+    run, tools = _rows(5, "five")
+    recorder = DropRecorder()
+    warnings: list[str] = []
+    mapped = _exporter(recorder)._map(run, tools, False, warnings)
+    assert mapped is not None and len(mapped.spans) == 3
+    assert len(warnings) == 1 and warnings[0].startswith("tool_invocation 11: duration_ms could not be mapped (TypeError")
+    assert recorder.dropped == []
+
+
+def test_a_run_that_cannot_be_mapped_at_all_is_skipped_with_a_warning_and_counted(caplog):
+    run, tools = _rows("five", "six")  # leaving one value out is not enough
+    recorder = DropRecorder()
+    with caplog.at_level(logging.WARNING, logger="run_otel"):
+        assert _exporter(recorder)._map(run, tools, False, []) is None
+    assert recorder.dropped == [("unmappable", 3)]
+    assert any("run run-a: cannot be mapped (TypeError" in r.getMessage() and "skipped" in r.getMessage() for r in caplog.records)

@@ -32,6 +32,7 @@ TESTS = [
     "tests/test_oversized.py",
     "tests/test_transitions.py",
     "tests/test_feedback.py",
+    "tests/test_late_rows.py",
 ]
 
 

@@ -34,17 +34,17 @@ def test_feedback_given_after_export_joins_the_run_trace_once_per_change(agent_d
         config = str(write_config(tmp_path / "c.toml", bridge_sections(agent_db, tmp_path, f"http://{receiver.endpoint}")))
         first = run_cli("once", "--config", config)
         assert first.returncode == 0, first.stderr
-        # Rated before its export: the root span carries it, and no feedback span follows.
-        assert "feedback: 1 rated runs in the window, 0 new or changed sent" in first.stdout, first.stdout
+        # Rated before its export: the rating's span follows the run, and the root stays the unrated run's.
+        assert "feedback: 1 rated runs in the window, 1 new or changed sent" in first.stdout, first.stdout
         roots = [span for _r, _s, span in receiver.spans() if not span.parent_span_id]
-        assert len(roots) == 7 and not feedback_spans(receiver)
-        assert [attrs(r).get("diagnosis.run.feedback") for r in roots].count("UP") == 1
+        assert len(roots) == 7 and len(feedback_spans(receiver)) == 1
+        assert not [r for r in roots if any(key.startswith("diagnosis.feedback") or "feedback" in key for key in attrs(r))]
 
         rate(agent_db, run_ids[:3], "DOWN")
         rate(agent_db, run_ids[3:5], "UP")
         second = run_cli("once", "--config", config)
         assert "feedback: 6 rated runs in the window, 5 new or changed sent" in second.stdout, second.stdout
-        spans = feedback_spans(receiver)
+        spans = [s for s in feedback_spans(receiver) if attrs(s)["diagnosis.run.id"] in run_ids]
         assert len(spans) == 5
         for span in spans:
             a = attrs(span)
@@ -58,17 +58,67 @@ def test_feedback_given_after_export_joins_the_run_trace_once_per_change(agent_d
         # Nothing changed: nothing is sent again.
         third = run_cli("once", "--config", config)
         assert "6 rated runs in the window, 0 new or changed sent" in third.stdout
-        assert len(feedback_spans(receiver)) == 5
+        assert len(feedback_spans(receiver)) == 6
 
-        # A changed rating is a new span (another id) in the same trace.
+        # A changed rating is a new span (another id) in the same trace, and the old one gets a child
+        # that marks it superseded: sent spans cannot change, and the list must say which one holds.
         rate(agent_db, run_ids[:1], "UP")
         fourth = run_cli("once", "--config", config)
         assert "1 new or changed sent" in fourth.stdout
         spans = feedback_spans(receiver)
-        assert len(spans) == 6
-        changed = [s for s in spans if attrs(s)["diagnosis.run.id"] == run_ids[0]]
-        assert len({s.span_id for s in changed}) == 2 and len({s.trace_id for s in changed}) == 1
+        assert len(spans) == 7
+        changed = {attrs(s)["gen_ai.evaluation.score.label"]: s for s in spans if attrs(s)["diagnosis.run.id"] == run_ids[0]}
+        assert changed["DOWN"].span_id != changed["UP"].span_id and changed["DOWN"].trace_id == changed["UP"].trace_id
+        (marker,) = [span for _r, _s, span in receiver.spans() if span.name == "superseded user_feedback"]
+        assert marker.parent_span_id == changed["DOWN"].span_id and marker.trace_id == changed["DOWN"].trace_id
+        assert attrs(marker)["diagnosis.feedback.superseded_by"] == "UP"
+        # Both ratings' spans are the rows' alone: nothing in the new one says what it replaced.
+        assert {k for k in attrs(changed["UP"])} == {k for k in attrs(changed["DOWN"])}
     finally:
+        receiver.stop()
+
+
+def test_ratings_go_only_into_traces_the_bridge_sent_each_counted_once_when_first_seen(agent_db, tmp_path):
+    """A first start on a database with rated history: no rating of a run it never sent (that would open
+    a trace holding only the rating), and none of them counted; a rating the run had when the bridge sent
+    it goes out once, as a span and a log record, and counts once."""
+    receiver = Receiver(logs=True)
+    receiver.start()
+    history = add_runs(agent_db, ["UTC_TIMESTAMP() - INTERVAL 10 MINUTE"] * 3)
+    rate(agent_db, [f"run-{uuid.UUID(t)}" for t in history], "DOWN")
+    port = free_port()
+    sections = bridge_sections(
+        agent_db,
+        tmp_path,
+        f"http://{receiver.endpoint}",
+        poll={"start_from": "now"},
+        feedback={"interval_seconds": 1, "log_records": True},
+        metrics={"enabled": True, "port": port},
+    )
+    daemon = DaemonProcess(write_config(tmp_path / "c.toml", sections), tmp_path / "daemon.log")
+    try:
+        wait_for(lambda: "starting after run id" in daemon.output(), 30, "the first start's mark")
+        new = [uuid.uuid4().hex for _ in range(2)]
+        for trace, feedback in zip(new, ("UP", None), strict=True):  # the first rated before the bridge sends it
+            agent_db.execute(
+                "INSERT INTO diagnosis_run (run_id, session_id, query, status, feedback, created_at, updated_at) "
+                "VALUES (%s, 's', 'q', 'SUCCESS', %s, UTC_TIMESTAMP() - INTERVAL 1 MINUTE, UTC_TIMESTAMP() - INTERVAL 1 MINUTE)",
+                f"run-{uuid.UUID(trace)}",
+                feedback,
+            )
+        wait_for(lambda: len(receiver.spans()) >= 3, 30, "the new runs and the rating of the first")
+        rate(agent_db, [f"run-{uuid.UUID(new[1])}"], "DOWN")  # rated after
+        wait_for(lambda: len(feedback_spans(receiver)) >= 2, 30, "the later rating")
+        time.sleep(3)  # three more passes: nothing sent or counted again
+        by_trace = Counter(span.trace_id.hex() for span in feedback_spans(receiver))
+        assert by_trace == {new[0]: 1, new[1]: 1}, by_trace
+        assert not {span.trace_id.hex() for _r, _s, span in receiver.spans()} & set(history)
+        assert feedback_total(port) == 2
+        records = [r for req in receiver.log_requests for rl in req.resource_logs for sl in rl.scope_logs for r in sl.log_records]
+        assert sorted(r.trace_id.hex() for r in records) == sorted(new)
+        assert "Traceback" not in daemon.output()
+    finally:
+        daemon.terminate()
         receiver.stop()
 
 
@@ -167,5 +217,73 @@ def test_a_rating_is_also_a_gen_ai_evaluation_result_log_record_on_the_root_span
         }
         assert (scope_logs.scope.name, scope_logs.schema_url) == ("run_otel", "https://opentelemetry.io/schemas/gen-ai/0.1.0")
         assert {kv.key: kv.value.string_value for kv in resource_logs.resource.attributes}["service.name"] == "diagnosis-agent"
+    finally:
+        receiver.stop()
+
+
+def test_a_state_store_from_an_earlier_release_keeps_its_ratings_and_gains_the_new_columns(agent_db, tmp_path):
+    """Tables as the release before made them: no start mark, no rating times. Nothing is sent again,
+    a change of a rating sent then has no span to mark, and the next change is marked."""
+    receiver = Receiver()
+    receiver.start()
+    try:
+        (trace,) = add_runs(agent_db, ["UTC_TIMESTAMP() - INTERVAL 10 MINUTE"])
+        run_id = f"run-{uuid.UUID(trace)}"
+        rate(agent_db, [run_id], "DOWN")
+        ((row_id,),) = agent_db.execute("SELECT id FROM diagnosis_run WHERE run_id = %s", run_id)
+        agent_db.execute(
+            "CREATE TABLE run_otel_checkpoint (name VARCHAR(64) PRIMARY KEY, format_version INT NOT NULL, "
+            "high_water BIGINT NOT NULL, pending TEXT NOT NULL, gaps TEXT NOT NULL, saved_at DOUBLE NOT NULL)"
+        )
+        agent_db.execute(
+            "CREATE TABLE run_otel_feedback (shard VARCHAR(64), run_id VARCHAR(128), feedback VARCHAR(64) NOT NULL, "
+            "sent_at DOUBLE NOT NULL, PRIMARY KEY (shard, run_id))"
+        )
+        agent_db.execute("INSERT INTO run_otel_checkpoint VALUES ('default', 1, %s, '{}', '{}', UNIX_TIMESTAMP())", row_id)
+        agent_db.execute("INSERT INTO run_otel_feedback VALUES ('default', %s, 'DOWN', UNIX_TIMESTAMP())", run_id)
+        sections = bridge_sections(agent_db, tmp_path, f"http://{receiver.endpoint}", state={"url": agent_db.url})
+        config = str(write_config(tmp_path / "c.toml", sections))
+        done = run_cli("once", "--config", config)
+        assert done.returncode == 0, done.stderr
+        assert "1 rated runs in the window, 0 new or changed sent" in done.stdout, done.stdout  # not sent again
+
+        rate(agent_db, [run_id], "UP")
+        assert "1 new or changed sent" in run_cli("once", "--config", config).stdout
+        assert [attrs(s)["gen_ai.evaluation.score.label"] for s in feedback_spans(receiver)] == ["UP"]
+        assert not [span for _r, _s, span in receiver.spans() if span.name.startswith("superseded")]
+
+        rate(agent_db, [run_id], "DOWN")
+        assert "1 new or changed sent" in run_cli("once", "--config", config).stdout
+        (marker,) = [span for _r, _s, span in receiver.spans() if span.name.startswith("superseded")]
+        (up,) = [s for s in feedback_spans(receiver) if attrs(s)["gen_ai.evaluation.score.label"] == "UP"]
+        assert marker.parent_span_id == up.span_id
+    finally:
+        receiver.stop()
+
+
+def test_a_backfill_sends_the_ratings_of_the_runs_it_sends_and_the_same_bytes_again(agent_db, tmp_path):
+    """The runs before the daemon's first start are the backfill's: so are their ratings, as a span in
+    the trace and a log record, once per backfill, byte-identical to the first when sent again."""
+    receiver = Receiver(logs=True)
+    receiver.start()
+    try:
+        traces = add_runs(agent_db, ["UTC_TIMESTAMP() - INTERVAL 2 HOUR"] * 3)
+        rate(agent_db, [f"run-{uuid.UUID(t)}" for t in traces[:2]], "DOWN")
+        agent_db.execute(  # a run that timed out carries no final rating
+            "INSERT INTO diagnosis_run (run_id, session_id, query, status, feedback, created_at, updated_at) VALUES "
+            "('run-timed-out', 's', 'q', 'RUNNING', 'UP', UTC_TIMESTAMP() - INTERVAL 3 HOUR, UTC_TIMESTAMP() - INTERVAL 3 HOUR)"
+        )
+        sections = bridge_sections(agent_db, tmp_path, f"http://{receiver.endpoint}", feedback={"log_records": True})
+        config = str(write_config(tmp_path / "c.toml", sections))
+        for _ in range(2):
+            done = run_cli("backfill", "--config", config, "--since", "4h")
+            assert done.returncode == 0, done.stderr
+        roots = [span for _r, _s, span in receiver.spans() if span.name.startswith("invoke_agent")]
+        assert len(roots) == 8  # the precondition: all four runs, twice
+        spans = feedback_spans(receiver)
+        assert sorted(span.trace_id.hex() for span in spans) == sorted(traces[:2] * 2)
+        assert len({span.SerializeToString() for span in spans}) == 2  # each rating the same bytes both times
+        records = [r for req in receiver.log_requests for rl in req.resource_logs for sl in rl.scope_logs for r in sl.log_records]
+        assert sorted(r.trace_id.hex() for r in records) == sorted(traces[:2] * 2)
     finally:
         receiver.stop()

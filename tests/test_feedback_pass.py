@@ -91,6 +91,10 @@ def _evaluation_spans(tmp_path) -> list[dict]:
     return [span for span in spans if span["name"].startswith("evaluation ")]
 
 
+def _run_of(span: dict) -> str:
+    return next(a["value"]["stringValue"] for a in span["attributes"] if a["key"] == "diagnosis.run.id")
+
+
 def _label(span: dict) -> str:
     return next(a["value"]["stringValue"] for a in span["attributes"] if a["key"] == "gen_ai.evaluation.score.label")
 
@@ -112,7 +116,8 @@ def test_a_rating_given_after_the_export_is_sent_once_into_the_runs_trace(tmp_pa
         build_poller(parts).poll()
         feedback = build_feedback(parts, clock=lambda: NOW)
         assert feedback is not None
-        # run-b's rating went out on its root with the export: the pass does not send it again.
+        # The root carries no rating: run-b's, given before the export, goes out on the first pass, once.
+        assert feedback.run() == FeedbackResult(rated=1, sent=1)
         assert feedback.run() == FeedbackResult(rated=1, sent=0)
         _rate(engine, "run-a", "thumbs-down")
         assert feedback.run() == FeedbackResult(rated=2, sent=1)
@@ -120,11 +125,11 @@ def test_a_rating_given_after_the_export_is_sent_once_into_the_runs_trace(tmp_pa
         _rate(engine, "run-a", "UP")
         assert feedback.run() == FeedbackResult(rated=2, sent=1)
     spans = _evaluation_spans(tmp_path)
-    assert [_label(span) for span in spans] == ["thumbs-down", "UP"]
+    assert [(_run_of(span), _label(span)) for span in spans] == [("run-b", "UP"), ("run-a", "thumbs-down"), ("run-a", "UP")]
     for span in spans:
-        assert span["traceId"] == trace_id_for("run-a").hex()
-        assert span["parentSpanId"] == root_span_id_for("run-a").hex()
-    assert recorder.sent == [("run-a", "thumbs-down"), ("run-a", "UP")]
+        assert span["traceId"] == trace_id_for(_run_of(span)).hex()
+        assert span["parentSpanId"] == root_span_id_for(_run_of(span)).hex()
+    assert recorder.sent == [("run-b", "UP"), ("run-a", "thumbs-down"), ("run-a", "UP")]
 
 
 def test_runs_created_before_the_window_are_not_rechecked(tmp_path):

@@ -562,6 +562,34 @@ def test_same_rows_twice_are_byte_identical():
     assert third.SerializeToString() != first
 
 
+def test_a_rating_given_or_changed_leaves_the_run_spans_byte_identical():
+    """A backfill after a rating re-sends the run: the same bytes, so Jaeger and Tempo keep one copy."""
+    config = build_config({})
+    tools = [make_tool(1)]
+    unrated = encode_spans(mapper_for(config).map_run(make_run(feedback=None), tools).spans, {}).SerializeToString()
+    for rating in ("DOWN", "UP"):
+        rated = mapper_for(config).map_run(make_run(feedback=rating), tools)
+        assert rated.spans[0].name.startswith("invoke_agent")  # the precondition: the root is among them
+        assert encode_spans(rated.spans, {}).SerializeToString() == unrated
+
+
+def test_a_late_finish_carries_no_rating_and_is_byte_identical_rated_or_not():
+    """The completion child copies the root's attributes; ratings reach the trace only through the feedback pass."""
+    config = build_config({"trace": {"conventions": ["gen_ai", "openinference"]}})
+    tools = [make_tool(1), make_tool(2)]
+
+    def late(feedback: str | None) -> list:
+        return mapper_for(config).map_late(make_run(feedback=feedback), tools, {2}, completed=True).spans
+
+    rated = late("DOWN")
+    completion = next(span for span in rated if span.name.endswith(A.COMPLETION_SUFFIX))
+    assert (A.RUN_COMPLETED_LATE, True) in completion.attributes  # the precondition: the completion child is there
+    for span in rated:
+        keys = {key for key, _value in span.attributes}
+        assert not {key for key in keys if "feedback" in key or key.startswith("gen_ai.evaluation")}, (span.name, keys)
+    assert encode_spans(rated, {}).SerializeToString() == encode_spans(late(None), {}).SerializeToString()
+
+
 def test_resource_carries_service_and_env_attributes():
     config = build_config({"service": {"name": "diag", "namespace": "ops", "environment": "prod"}})
     attrs = resource_attributes(config.service, config.trace, {"OTEL_RESOURCE_ATTRIBUTES": "team=sre,service.name=ignored"})

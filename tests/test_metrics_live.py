@@ -155,7 +155,7 @@ def test_readyz_follows_the_database(tmp_path, otlp):
 class _CrashingStore(CheckpointStore):
     """A state store whose save dies, as the process would between ack and checkpoint."""
 
-    def save(self, checkpoint, now, feedback=None):
+    def save(self, checkpoint, now, feedback=None, watched=None):
         raise KeyboardInterrupt("killed before the checkpoint was saved")
 
 

@@ -4,6 +4,7 @@ OTLP/HTTP endpoint, read back through its REST and GraphQL APIs."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections import Counter
 from datetime import datetime
@@ -58,6 +59,7 @@ def documents_of(details: str | None) -> list[str]:
 def test_openinference_runs_render_as_agent_tool_and_retriever_with_documents_sessions_and_project(agent_db, tmp_path, phoenix):
     project = f"sre-diagnosis-{os.getpid()}"
     seed(agent_db, 20, seed_value=31, waiting=0)
+    agent_db.execute("UPDATE diagnosis_run SET feedback = NULL")  # ratings have tests of their own below
     # This seed has neither a failed run nor a failed call: one of each, so both are compared.
     agent_db.execute("UPDATE diagnosis_run SET status = 'FAILED' WHERE status = 'SUCCESS' ORDER BY id LIMIT 1")
     agent_db.execute(
@@ -118,6 +120,7 @@ def test_the_default_gen_ai_profile_alone_renders_as_agent_tool_and_retriever(ag
     # Phoenix converts gen_ai.* itself (since 15.10); runs land in its default project.
     service = f"genai-only-{os.getpid()}"
     seed(agent_db, 8, seed_value=32, waiting=0)
+    agent_db.execute("UPDATE diagnosis_run SET feedback = NULL")  # ratings have tests of their own below
     runs, tools = expected_rows(agent_db)
     export_to_phoenix(agent_db, tmp_path, phoenix, service={"name": service})
     ours = wait_for(
@@ -202,3 +205,78 @@ def test_a_rating_after_export_is_a_human_annotation_on_the_root_and_leaves_the_
     export_to_phoenix(agent_db, tmp_path, phoenix, **overrides)
     (annotation,) = root_annotations(phoenix, project, root_id)
     assert (annotation["result"]["label"], annotation["result"]["score"]) == ("UP", 1.0)
+
+
+def test_a_run_sent_as_incomplete_that_finishes_later_shows_its_outcome_in_phoenix(agent_db, tmp_path, phoenix):
+    from helpers import add_run, add_tool, new_run_id
+
+    project = f"late-{os.getpid()}"
+    run_id = new_run_id()
+    conn = agent_db.server.root(agent_db.name)
+    add_run(conn, run_id, status="RUNNING")  # two hours old: sent as incomplete
+    conn.commit()
+    trace = {"conventions": ["gen_ai", "openinference"], "project_name": project}
+    export_to_phoenix(agent_db, tmp_path, phoenix, trace=trace)
+    (root,) = project_spans(phoenix, project, 1)
+    assert root["status_code"] == "ERROR"
+
+    add_tool(conn, run_id, duration_ms=20)
+    with conn.cursor() as cur:
+        cur.execute("UPDATE diagnosis_run SET status='SUCCESS', total_duration_ms=3000 WHERE run_id=%s", (run_id,))
+    conn.commit()
+    export_to_phoenix(agent_db, tmp_path, phoenix, trace=trace)
+    spans = project_spans(phoenix, project, 3)
+    by_name = {span["name"]: span for span in spans}
+    assert len(spans) == 3, [s["name"] for s in spans]  # one root: the completion is a child of it
+    done = by_name["invoke_agent diagnosis-agent completed"]
+    assert done["parent_id"] == root["context"]["span_id"] and done["span_kind"] == "AGENT"
+    assert done["status_code"] == "OK" and done["attributes"]["diagnosis.run.status"] == "SUCCESS"
+    assert by_name["execute_tool lookup_knowledge"]["parent_id"] == root["context"]["span_id"]
+    conn.close()
+
+
+def test_a_rating_the_run_had_when_it_was_sent_is_an_annotation_on_its_root_too(agent_db, tmp_path, phoenix):
+    """Most ratings come in before the run is sent; each becomes the one current annotation on its root."""
+    project = f"rated-at-export-{os.getpid()}"
+    seed(agent_db, 6, seed_value=34, waiting=0)
+    agent_db.execute("UPDATE diagnosis_run SET feedback = IF(id % 2 = 0, 'UP', 'DOWN')")
+    runs, tools = expected_rows(agent_db)
+    assert len(runs) >= 4  # the precondition: several rated runs, all rated before the export
+    overrides = dict(trace={"conventions": ["gen_ai", "openinference"], "project_name": project}, ui={"phoenix_url": phoenix.url})
+    export_to_phoenix(agent_db, tmp_path, phoenix, **overrides)
+    spans = project_spans(phoenix, project, len(runs) + len(tools))
+    labels = {row["run_id"]: row["feedback"] for row in table_rows(agent_db, "SELECT run_id, feedback FROM diagnosis_run")}
+    for run in runs:
+        (root,) = [s for s in spans if s["attributes"].get("diagnosis.run.id") == run["run_id"] and not s.get("parent_id")]
+        annotations = wait_for(
+            lambda root=root: root_annotations(phoenix, project, root["context"]["span_id"]), 60, "the annotation", 0.5
+        )
+        assert [(a["name"], a["result"]["label"]) for a in annotations] == [("user_feedback", labels[run["run_id"]])]
+
+
+@pytest.mark.server
+def test_a_root_phoenix_never_stores_is_named_once_its_queue_is_done_with_the_rating(phoenix, caplog):
+    """A rating whose root went elsewhere waits in Phoenix's queue, then is looked for again and named."""
+    from run_otel.export.phoenix import PhoenixAnnotations
+
+    now = [0.0]
+    annotations = PhoenixAnnotations(phoenix.url, queue_seconds=600, clock=lambda: now[0])
+    item = {
+        "span_id": os.urandom(8).hex(),  # a root Phoenix never received
+        "name": "user_feedback",
+        "annotator_kind": "HUMAN",
+        "result": {"label": "DOWN", "score": 0.0},
+        "identifier": "diagnosis_run.feedback",
+        "metadata": {"run_id": "run-nowhere"},
+    }
+    with caplog.at_level(logging.INFO, logger="run_otel.export.phoenix"):
+        assert annotations.upsert([item]) is False  # left to Phoenix's queue
+        assert "wait in its queue" in caplog.text and "never stored" not in caplog.text
+        now[0] = 599.0
+        assert annotations.look_again() == 0  # the queue may still store it: nothing said yet
+        assert "never stored" not in caplog.text
+        now[0] = 600.0
+        assert annotations.look_again() == 1
+        assert "Phoenix never stored the root span of 1 rated runs" in caplog.text and "run-nowhere" in caplog.text
+        assert annotations.look_again() == 0  # said once
+    annotations.close()

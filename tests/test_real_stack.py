@@ -5,16 +5,31 @@ at the test's Receiver, which shows what really went over the wire."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from helpers import assert_trace_matches, bridge_sections, expected_traces, run_cli, seed, utc_now_naive, write_config
+from helpers import (
+    add_finished_runs,
+    add_run,
+    add_tool,
+    assert_trace_matches,
+    bridge_sections,
+    expected_traces,
+    new_run_id,
+    run_cli,
+    seed,
+    utc_now_naive,
+    write_config,
+)
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 from servers import Collector, Jaeger, Receiver, wait_for
+
+from run_otel.mapping.span_data import trace_id_for
 
 SERVICE = "diagnosis-agent"
 
@@ -115,10 +130,12 @@ def test_each_run_opens_in_jaeger_by_the_uuid_of_its_run_id_as_mapped(stack, age
     for run, tools in expected.values():
         # What an SRE pastes: the UUID of run-<uuid>, as Jaeger's trace-id lookup takes it.
         run_uuid = uuid.UUID(run["run_id"].removeprefix("run-"))
-        trace = jaeger_trace(jaeger, run_uuid.hex, 1 + len(tools))
+        # A rated run's trace also holds its rating's span, sent by the feedback pass after the run.
+        spans = 1 + len(tools) + (run["feedback"] is not None)
+        trace = jaeger_trace(jaeger, run_uuid.hex, spans)
         assert trace["traceID"] == run_uuid.hex
         assert [p["serviceName"] for p in trace["processes"].values()] == [SERVICE]
-        assert sorted(span_ids(trace).values()) == [1] * (1 + len(tools))
+        assert sorted(span_ids(trace).values()) == [1] * spans
         assert_trace_matches(run, tools, [otlp_span(span) for span in trace["spans"]])
         assert warnings_of(trace) == [], warnings_of(trace)
         failed_tools += sum(1 for tool in tools if tool["success"] == 0)
@@ -191,8 +208,8 @@ def test_a_second_backfill_of_the_same_rows_leaves_one_copy_of_each_span(stack, 
     for _ in range(2):
         done = run_cli("backfill", "--config", config, "--since", since)
         assert done.returncode == 0, done.stderr
-    for trace_id, (_run, tools) in expected.items():
-        spans = 1 + len(tools)
+    for trace_id, (run, tools) in expected.items():
+        spans = 1 + len(tools) + (run["feedback"] is not None)  # a backfill sends the rating too
         # The precondition: every span really went over the wire twice.
         wait_for_copies(tempo, trace_id, spans, 2)
         trace = jaeger_trace(jaeger, trace_id, spans)
@@ -203,9 +220,10 @@ def test_a_second_backfill_of_the_same_rows_leaves_one_copy_of_each_span(stack, 
         "backfill", "--config", config, "--since", since, env={"OTEL_RESOURCE_ATTRIBUTES": "deployment.environment.name=replay"}
     )
     assert done.returncode == 0, done.stderr
-    for trace_id, (_run, tools) in expected.items():
-        trace = jaeger_trace(jaeger, trace_id, 2 * (1 + len(tools)))
-        assert sorted(span_ids(trace).values()) == [2] * (1 + len(tools))
+    for trace_id, (run, tools) in expected.items():
+        spans = 1 + len(tools) + (run["feedback"] is not None)
+        trace = jaeger_trace(jaeger, trace_id, 2 * spans)
+        assert sorted(span_ids(trace).values()) == [2] * spans
 
 
 def test_a_run_backfilled_a_month_late_is_found_by_a_search_over_its_own_hour(stack, agent_db, tmp_path):
@@ -267,7 +285,7 @@ def rate_later(agent_db, run_id: str, value: str, minutes: int) -> datetime:
 
 
 def test_a_rating_given_after_export_joins_the_trace_in_jaeger_without_stretching_it(stack, agent_db, tmp_path):
-    jaeger, collector, _tempo = stack
+    jaeger, collector, tempo = stack
     seed(agent_db, 4, seed_value=23, waiting=0)
     agent_db.execute("UPDATE diagnosis_run SET feedback = NULL")
     expected = expected_traces(agent_db)
@@ -298,18 +316,51 @@ def test_a_rating_given_after_export_joins_the_trace_in_jaeger_without_stretchin
     )
     assert warnings_of(after) == []
 
-    # A changed rating: a second span, which names the value it replaced.
+    # A changed rating: a second span, and under the first a child that marks it superseded, so the
+    # list says which rating holds without opening the tags.
     rate_later(agent_db, run["run_id"], "UP", 30)
     assert "1 new or changed sent" in run_cli("once", "--config", config).stdout
-    changed = jaeger_trace(jaeger, trace_id, 3 + len(tools))
-    ratings = {
-        tag_map["gen_ai.evaluation.score.label"]: tag_map
-        for tag_map in (
-            {t["key"]: t["value"] for t in s["tags"]} for s in changed["spans"] if s["operationName"].startswith("evaluation")
-        )
-    }
-    assert ratings["UP"]["diagnosis.feedback.previous"] == "DOWN" and "diagnosis.feedback.previous" not in ratings["DOWN"]
+    changed = jaeger_trace(jaeger, trace_id, 4 + len(tools))
+    ratings = [s for s in changed["spans"] if s["operationName"] == "evaluation user_feedback"]
+    by_label = {next(t["value"] for t in s["tags"] if t["key"] == "gen_ai.evaluation.score.label"): s for s in ratings}
+    assert sorted(by_label) == ["DOWN", "UP"]
+    children = Counter(ref["spanID"] for s in changed["spans"] for ref in s.get("references") or [])
+    (marker,) = [s for s in changed["spans"] if s["operationName"] == "superseded user_feedback"]
+    assert marker["references"] == [{"refType": "CHILD_OF", "traceID": trace_id, "spanID": by_label["DOWN"]["spanID"]}]
+    assert children[by_label["DOWN"]["spanID"]] == 1 and children[by_label["UP"]["spanID"]] == 0
     assert extent_us(changed) == root["duration"]
+    assert warnings_of(changed) == [] and sorted(span_ids(changed).values()) == [1] * (4 + len(tools))
+
+    # A backfill after the ratings sends the run again: the same bytes, so one root and one copy of each.
+    since = (utc_now_naive() - timedelta(days=1)).isoformat()
+    assert run_cli("backfill", "--config", config, "--since", since).returncode == 0
+    root_copies = lambda: received_copies(tempo, trace_id)[root["spanID"]] == 2
+    wait_for(root_copies, 30, "the root sent a second time")  # the precondition: the run really went again
+    time.sleep(2)  # the collector sent the batch to both exporters at once: Jaeger has it by now
+    again = jaeger_trace(jaeger, trace_id, 4 + len(tools))
+    assert [s["operationName"] for s in again["spans"]].count(root["operationName"]) == 1
+    assert warnings_of(again) == [] and sorted(span_ids(again).values()) == [1] * (4 + len(tools))
+
+
+def test_a_first_start_opens_no_trace_for_the_ratings_of_runs_it_never_sent(stack, agent_db, tmp_path):
+    jaeger, collector, tempo = stack
+    seed(agent_db, 4, seed_value=25, waiting=0)
+    agent_db.execute("UPDATE diagnosis_run SET feedback = 'DOWN'")
+    history = expected_traces(agent_db)
+    sections = bridge_sections(agent_db, tmp_path, f"http://127.0.0.1:{collector.grpc_port}", poll={"start_from": "now"})
+    config = str(write_config(tmp_path / "run-otel.toml", sections))
+    done = run_cli("once", "--config", config)
+    assert done.returncode == 0, done.stderr
+    assert "feedback: 0 rated runs in the window" in done.stdout, done.stdout
+    # The precondition: a run added now goes through the same stack and opens in Jaeger.
+    (new,) = add_finished_runs(agent_db, 1)
+    agent_db.execute("UPDATE diagnosis_run SET feedback = 'UP' WHERE run_id = %s", f"run-{uuid.UUID(new)}")
+    assert run_cli("once", "--config", config).returncode == 0
+    assert [s["operationName"] for s in jaeger_trace(jaeger, new, 2)["spans"]].count("evaluation user_feedback") == 1
+    wait_for(lambda: received_copies(tempo, new), 30, "the new run at the collector's second exporter")
+    for trace_id in history:
+        assert jaeger.trace(trace_id) is None
+        assert not received_copies(tempo, trace_id)
 
 
 def test_jaeger_refusing_log_records_never_holds_back_the_rating_or_the_pass(stack, agent_db, tmp_path):
@@ -396,3 +447,50 @@ def test_each_refused_log_batch_is_counted_and_warned_about_once(stack, tmp_path
     assert len(refused) == 2  # each refused batch counted (run_otel_export_failures_total in the daemon)
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "UNIMPLEMENTED" in warnings[0].getMessage()
+
+
+def test_a_late_tool_row_and_a_late_finish_show_in_jaeger_under_one_root(stack, agent_db, tmp_path):
+    jaeger, collector, _tempo = stack
+    config = config_path(agent_db, tmp_path, collector)
+    conn = agent_db.server.root(agent_db.name)
+    finished, stuck = new_run_id(), new_run_id()
+    recent = utc_now_naive() - timedelta(seconds=10)
+    add_run(conn, finished, tool_call_count=2, total_duration_ms=5000, created_at=recent, updated_at=recent)
+    add_tool(conn, finished, duration_ms=10, created_at=recent)
+    add_run(conn, stuck, status="RUNNING")  # two hours old: sent as incomplete
+    conn.commit()
+    assert run_cli("once", "--config", config).returncode == 0
+    finished_trace, stuck_trace = trace_id_for(finished).hex(), trace_id_for(stuck).hex()
+    jaeger_trace(jaeger, finished_trace, 2)
+    jaeger_trace(jaeger, stuck_trace, 1)
+
+    # Called during the run, committed after its export.
+    add_tool(conn, finished, duration_ms=20, created_at=recent + timedelta(seconds=3))
+    add_tool(conn, stuck, duration_ms=30)
+    with conn.cursor() as cur:
+        cur.execute("UPDATE diagnosis_run SET status='FAILED', total_duration_ms=4000 WHERE run_id=%s", (stuck,))
+    conn.commit()
+    done = run_cli("once", "--config", config)
+    assert done.returncode == 0, done.stderr
+
+    late = jaeger_trace(jaeger, finished_trace, 3)
+    assert sorted(span_ids(late).values()) == [1, 1, 1] and warnings_of(late) == [], warnings_of(late)
+    roots = [span for span in late["spans"] if not span.get("references")]
+    assert len(roots) == 1 and {span["operationName"] for span in late["spans"]} == {
+        "invoke_agent diagnosis-agent",
+        "execute_tool lookup_knowledge",
+    }
+    completed = jaeger_trace(jaeger, stuck_trace, 3)
+    assert sorted(span_ids(completed).values()) == [1, 1, 1]
+    # The run went on past the root it was sent with: Jaeger notes children outside it (its clock-skew and
+    # zero-length notes), but no duplicate span id and no orphan.
+    noted = " ".join(warnings_of(completed)).lower()
+    assert "duplicate" not in noted and "invalid parent" not in noted, noted
+    by_name = {span["operationName"]: span for span in completed["spans"]}
+    root, outcome = by_name["invoke_agent diagnosis-agent"], by_name["invoke_agent diagnosis-agent completed"]
+    root_tags = {t["key"]: t["value"] for t in root["tags"]}
+    tags = {t["key"]: t["value"] for t in outcome["tags"]}
+    assert root_tags["error.type"] == "run_incomplete"  # the root stays as it was sent: one copy
+    assert tags["diagnosis.run.status"] == "FAILED" and tags["error.type"] == "run_failed" and tags["error"] is True
+    assert outcome["references"][0]["spanID"] == root["spanID"]
+    conn.close()

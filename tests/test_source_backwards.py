@@ -139,3 +139,57 @@ def _get(url: str) -> tuple[int, str]:
         return reply.status_code, reply.text
     except requests.RequestException:
         return 0, ""
+
+
+def test_deleting_the_newest_runs_is_no_restore(agent_db, otlp, tmp_path):
+    add_finished_runs(agent_db, 6)
+    config = config_file(agent_db, tmp_path, otlp)
+    assert run_cli("once", "--config", config).returncode == 0
+    agent_db.execute("DELETE FROM diagnosis_run WHERE id >= 5")  # the agent deletes its newest runs
+    assert ids(agent_db) == [1, 2, 3, 4]
+    polled = run_cli("once", "--config", config)
+    assert polled.returncode == 0, polled.stderr
+    assert "run ids 5..6 deleted" in polled.stderr and "not a restore" in polled.stderr, polled.stderr
+    check = run_cli("check", "--config", config)
+    assert check.returncode == 0, check.stdout
+    assert "checkpoint ahead of the source" not in check.stdout
+    new = add_finished_runs(agent_db, 2, created="UTC_TIMESTAMP()")
+    assert ids(agent_db) == [1, 2, 3, 4, 7, 8]  # AUTO_INCREMENT stayed above the deleted ids
+    otlp.receiver.clear()
+    assert run_cli("once", "--config", config).returncode == 0
+    assert received_roots(otlp.receiver) == set(new)
+
+
+def test_a_pending_run_deleted_by_the_agent_is_dropped_after_a_recheck(agent_db, otlp, tmp_path, caplog):
+    import logging
+
+    from helpers import bridge_config, bridge_metrics
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from run_otel.factory import build_parts, build_poller
+    from run_otel.telemetry import instruments as I
+
+    add_finished_runs(agent_db, 2)
+    agent_db.execute("UPDATE diagnosis_run SET status = 'RUNNING', created_at = UTC_TIMESTAMP() WHERE id = 2")
+    reader = InMemoryMetricReader()
+    config = bridge_config(agent_db, tmp_path, otlp.endpoint("grpc"))
+    metrics = bridge_metrics(config, [reader])
+    poller = build_poller(build_parts(config, recorder=metrics))
+    assert poller.poll().pending == 1
+    agent_db.execute("DELETE FROM diagnosis_run WHERE id = 2")
+    with caplog.at_level(logging.WARNING, logger="run_otel"):
+        assert poller.poll().pending == 1  # missed once: re-checked at the next poll
+        assert not any("pending run(s) were deleted" in r.getMessage() for r in caplog.records)
+        assert poller.poll().pending == 0
+    assert any("1 pending run(s) were deleted" in r.getMessage() and "run id 2" in r.getMessage() for r in caplog.records)
+    data = reader.get_metrics_data()
+    (count,) = [
+        p.value
+        for rm in data.resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+        if m.name == I.PENDING_DELETED.name
+        for p in m.data.data_points
+    ]
+    assert count == 1
+    metrics.shutdown()

@@ -6,6 +6,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
+from run_otel.ops.operations import rewound
 from run_otel.pipeline.checkpoint import Checkpoint
 from run_otel.pipeline.transitions import MAX_NEW_GAPS, Rules, advance, classify, expire_gaps, initial_checkpoint, timed_out
 from run_otel.source.clock import ClockSample, SourceClock, zone_finding
@@ -213,3 +214,12 @@ def test_the_poller_expires_a_gap_exactly_at_the_configured_timeout(tmp_path):
     poller.poll()
     assert store.load().gaps == {}
     sink.close()
+
+
+def test_a_rewind_back_hands_the_runs_ratings_to_the_daemon_and_one_forward_keeps_them_out():
+    checkpoint = Checkpoint(high_water=100, start_mark=50)
+    # Back: runs from 21 are sent again, so their ratings follow them.
+    assert rewound(checkpoint, 21).start_mark == 20
+    assert rewound(checkpoint, 71).start_mark == 50
+    # Forward: runs 101..149 are never sent, so a rating of one would open a trace with nothing else in it.
+    assert rewound(checkpoint, 150).start_mark == 149

@@ -8,7 +8,7 @@ import re
 from collections import Counter
 
 import pytest
-from helpers import add_run, add_tool, bridge_config, new_run_id
+from helpers import add_run, add_tool, bridge_config, bridge_sections, new_run_id, run_cli, write_config
 from prometheus_client import generate_latest
 
 from run_otel.factory import build_metrics, build_parts, build_poller, build_store
@@ -111,3 +111,44 @@ def test_a_metrics_failure_after_the_checkpoint_fails_no_poll(agent_db, receiver
     result = build_poller(build_parts(config, recorder=FailingRecorder())).poll()
     assert result.run_count == 1 and build_store(config).load().high_water >= 1
     assert "metrics: recording the exported runs failed" in caplog.text
+
+
+def test_binary_columns_are_read_as_text_and_the_runs_behind_them_go_on(agent_db, receiver, tmp_path):
+    agent_db.execute("ALTER TABLE tool_invocation MODIFY error_message LONGBLOB NULL, MODIFY tool_name VARBINARY(128) NULL")
+    agent_db.execute("ALTER TABLE diagnosis_run MODIFY intent VARBINARY(32) NULL")
+    conn = agent_db.server.root(agent_db.name)
+    binary = new_run_id()
+    add_run(conn, binary, intent="DIAGNOSIS")
+    add_tool(conn, binary, tool_name="lookup_knowledge", success=0)
+    behind = [new_run_id() for _ in range(20)]
+    for run_id in behind:
+        add_run(conn, run_id)
+        add_tool(conn, run_id, tool_name="search_docs", success=1)
+    with conn.cursor() as cur:  # "timeout" and a byte that is no UTF-8
+        cur.execute("UPDATE tool_invocation SET error_message = X'74696d656f7574ff' WHERE run_id = %s", (binary,))
+    conn.commit()
+    (kind,) = agent_db.execute(
+        "SELECT DATA_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() "
+        "AND TABLE_NAME = 'tool_invocation' AND COLUMN_NAME = 'tool_name'"
+    )[0]
+    assert kind == "varbinary"  # the precondition: the driver hands these columns over as bytes
+    config = bridge_config(agent_db, tmp_path, receiver.endpoint)
+    parts = build_parts(config)
+    result = build_poller(parts).poll()
+    parts.close()
+
+    assert result.run_count == 21 and result.dropped_spans == 0
+    tools = {}
+    for _r, _s, span in receiver.spans():
+        attrs = {kv.key: kv.value.string_value for kv in span.attributes}
+        if attrs.get("diagnosis.run.id") == binary:
+            tools[span.name] = (span.status, attrs)
+    status, attrs = tools["execute_tool lookup_knowledge"]
+    assert attrs["gen_ai.tool.name"] == "lookup_knowledge"
+    assert status.code == 2 and status.message == "timeout\ufffd"
+    assert tools["invoke_agent diagnosis-agent"][1]["diagnosis.run.intent"] == "DIAGNOSIS"
+    show = run_cli(
+        "show", binary, "--config", str(write_config(tmp_path / "c.toml", bridge_sections(agent_db, tmp_path, receiver.endpoint)))
+    )
+    assert show.returncode == 0 and "Traceback" not in show.stderr, show.stderr
+    assert "lookup_knowledge" in show.stdout

@@ -28,6 +28,7 @@ from .mapping.spans import Mapper
 from .pipeline.backfill_pass import BackfillPass
 from .pipeline.checkpoint import CheckpointStore
 from .pipeline.feedback import FeedbackPass, FeedbackSender
+from .pipeline.late_rows import LatePass
 from .pipeline.lease import MySqlLease
 from .pipeline.named_lock import lock_name
 from .pipeline.poller import Poller
@@ -157,13 +158,15 @@ def build_exporter(parts: Parts) -> RunExporter:
 
 def build_poller(parts: Parts, keep_going: Callable[[], bool] = lambda: True, clock: Callable[[], float] | None = None) -> Poller:
     config = parts.config
+    exporter = build_exporter(parts)
+    late = LatePass(config.poll, parts.source, parts.store, exporter, parts.recorder) if config.poll.late_window_seconds else None
     return Poller(
         config.poll,
         parts.source,
         parts.store,
-        build_exporter(parts),
+        exporter,
         parts.recorder,
-        keep_feedback=config.feedback.enabled,
+        late,
         keep_going=keep_going,
         **({"clock": clock} if clock else {}),
     )
@@ -171,11 +174,12 @@ def build_poller(parts: Parts, keep_going: Callable[[], bool] = lambda: True, cl
 
 def build_backfill(parts: Parts) -> BackfillPass:
     config = parts.config
-    return BackfillPass(config.poll, config.shard, parts.source, build_exporter(parts), parts.recorder)
+    return BackfillPass(config.poll, config.shard, parts.source, build_exporter(parts), parts.recorder, build_ratings(parts))
 
 
-def build_feedback(parts: Parts, clock: Callable[[], float] | None = None) -> FeedbackPass | None:
-    """The feedback recheck, sharing the parts of the poll; None when off."""
+def build_ratings(parts: Parts) -> FeedbackSender | None:
+    """Where ratings go: the run's trace, and the log records and Phoenix where configured; None when off.
+    The feedback pass and the backfill share it."""
     config = parts.config
     if not config.feedback.enabled:
         return None
@@ -183,7 +187,15 @@ def build_feedback(parts: Parts, clock: Callable[[], float] | None = None) -> Fe
     if config.feedback.log_records:
         log_records = LogRecordSender(build_log_sink(config.export), _resource(config), parts.recorder.export_failed)
     evaluations = Evaluations(config.feedback, parts.source.clock, "openinference" in config.trace.conventions)
-    sender = FeedbackSender(evaluations, parts.encoder, parts.sink, log_records, _phoenix(config))
+    return FeedbackSender(evaluations, parts.encoder, parts.sink, log_records, _phoenix(config))
+
+
+def build_feedback(parts: Parts, clock: Callable[[], float] | None = None) -> FeedbackPass | None:
+    """The feedback recheck, sharing the parts of the poll; None when off."""
+    sender = build_ratings(parts)
+    if sender is None:
+        return None
+    config = parts.config
     return FeedbackPass(config.feedback, parts.source, parts.store, sender, parts.recorder, **({"clock": clock} if clock else {}))
 
 

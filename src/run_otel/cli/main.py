@@ -171,7 +171,7 @@ def _backfill(config: Config, window: Window, ids: tuple, with_metrics: bool, wo
     outcome = run_backfill(config, window, ids, with_metrics, progress_task(console), workers)
     total = outcome.total
     click.echo(f"backfilled {total.run_count} runs ({total.spans} spans) {window.describe()} in {outcome.seconds:.1f}s")
-    for line in where_to_find(outcome.first_trace, outcome.last_trace):
+    for line in where_to_find(outcome.first_trace, outcome.last_trace, total.in_flight):
         click.echo(line)
     for label, trace_id in (("first", outcome.first_trace), ("last", outcome.last_trace)) if outcome.first_trace else ():
         for link in trace_links(config, trace_id):

@@ -57,6 +57,7 @@ _NON_NEGATIVE = {
     ("poll", "settle_seconds"),
     ("poll", "run_timeout_seconds"),
     ("poll", "gap_timeout_seconds"),
+    ("poll", "late_window_seconds"),
     ("source", "connect_timeout_seconds"),
     ("poll", "backfill_retry_seconds"),
 }

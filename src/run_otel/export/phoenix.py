@@ -2,23 +2,31 @@
 
 Phoenix's ``POST /v1/span_annotations`` upserts on (name, span, identifier),
 so one fixed identifier leaves one current rating per run, in the traces list,
-the annotation columns and the session's feedback. ``sync=true`` makes Phoenix
-check the spans exist: a root it never received (exported elsewhere, or before
-Phoenix was set up) is skipped with a warning instead of failing every pass.
+the annotation columns and the session's feedback. ``sync=true`` stores them at
+once where Phoenix has the spans. A rating the run had when it was exported is
+sent seconds after its root, which Phoenix may not have stored yet (it writes
+spans in batches): Phoenix answers 404 then, and the batch goes again without
+``sync``, into Phoenix's own queue, which holds an annotation until its span
+arrives (up to 60 retries 10 s apart in Phoenix 20) and then drops it. So the
+daemon looks again, with ``sync``, once that time is over: a root still missing
+then never reached Phoenix (traces sent elsewhere), and a WARNING says so.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import requests
 
 log = logging.getLogger(__name__)
 
-# Phoenix answers 404 for the whole batch when any span is missing; then each goes alone.
+# Phoenix answers 404 for the whole batch when any span is missing; then the batch is queued there.
 _MISSING = 404
+# How long Phoenix's queue keeps an annotation for a span it lacks (60 retries, 10 s apart), and a margin.
+QUEUE_SECONDS = 660.0
 
 
 class PhoenixError(RuntimeError):
@@ -26,28 +34,63 @@ class PhoenixError(RuntimeError):
 
 
 class PhoenixAnnotations:
-    def __init__(self, base_url: str, timeout: float = 10.0, session: requests.Session | None = None):
+    def __init__(
+        self,
+        base_url: str,
+        timeout: float = 10.0,
+        queue_seconds: float = QUEUE_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self._url = f"{base_url.rstrip('/')}/v1/span_annotations"
         self._timeout = timeout
-        self._session = session or requests.Session()
+        self._session = requests.Session()
+        self._queued_before = False
+        self._queue_seconds = queue_seconds
+        self._clock = clock
+        # Annotations left to Phoenix's queue, with when, to look for once the queue gave up on them.
+        self._queued: list[tuple[float, dict[str, Any]]] = []
 
-    def upsert(self, annotations: Sequence[dict[str, Any]]) -> int:
-        """Stores the annotations; returns how many landed (roots Phoenix lacks are skipped)."""
+    def upsert(self, annotations: Sequence[dict[str, Any]]) -> bool:
+        """Stores the annotations; False when some waited for their root span in Phoenix's queue."""
         if not annotations:
-            return 0
-        if self._post(list(annotations)) != _MISSING:
-            return len(annotations)
-        stored = sum(self._post([item]) != _MISSING for item in annotations)
-        log.warning(
-            "Phoenix has no root span for %d of %d rated runs; their ratings are not annotated there",
-            len(annotations) - stored,
+            return True
+        if self._post(list(annotations), sync=True) != _MISSING:
+            return True
+        self._post(list(annotations), sync=False)
+        self._queued.extend((self._clock(), item) for item in annotations)
+        # Expected right after an export, so said once per process; the line tells an SRE where to look.
+        log.log(
+            logging.DEBUG if self._queued_before else logging.INFO,
+            "Phoenix has not stored the root span of some of %d rated runs yet; their annotations wait in its queue "
+            "for the roots (a root that never reaches Phoenix, e.g. traces sent elsewhere, leaves its rating unannotated)",
             len(annotations),
         )
-        return stored
+        self._queued_before = True
+        return False
 
-    def _post(self, data: list[dict[str, Any]]) -> int:
+    def look_again(self) -> int:
+        """Stores, with ``sync``, the queued annotations Phoenix's queue is done with; warns about those
+        whose root is still missing, and returns how many that is."""
+        due = [item for queued_at, item in self._queued if self._clock() - queued_at >= self._queue_seconds]
+        if not due:
+            return 0
+        self._queued = [(at, item) for at, item in self._queued if self._clock() - at < self._queue_seconds]
+        if self._post(due, sync=True) != _MISSING:
+            return 0
+        missing = [str(item["metadata"]["run_id"]) for item in due if self._post([item], sync=True) == _MISSING]
+        log.warning(
+            "Phoenix never stored the root span of %d rated runs (are the traces sent to %s?); their ratings are "
+            "not annotated there: %s",
+            len(missing),
+            self._url.removesuffix("/v1/span_annotations"),
+            ", ".join(missing[:5]) + (", …" if len(missing) > 5 else ""),
+        )
+        return len(missing)
+
+    def _post(self, data: list[dict[str, Any]], sync: bool) -> int:
         try:
-            reply = self._session.post(self._url, params={"sync": "true"}, json={"data": data}, timeout=self._timeout)
+            params = {"sync": "true" if sync else "false"}
+            reply = self._session.post(self._url, params=params, json={"data": data}, timeout=self._timeout)
         except requests.RequestException as exc:
             raise PhoenixError(f"Phoenix {self._url}: {type(exc).__name__}") from None
         if reply.status_code not in (200, _MISSING):

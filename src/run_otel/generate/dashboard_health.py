@@ -194,11 +194,25 @@ def _series(d: Dashboard) -> Dashboard:
         )
         .with_panel(
             panel(
-                "Bad-row warnings and export failures",
+                "Bad-row warnings, export failures and late rows",
                 "short",
-                "Per minute: bad values mapped around in source rows, and batches not acknowledged (retried).",
+                "Per minute: bad values mapped around in source rows, batches not acknowledged (retried), and rows "
+                "sent into a trace after its first export (tool rows committed late; runs sent as incomplete that finished), "
+                "and pending runs deleted from the source before they finished.",
                 query(f"sum(rate({I.ROW_WARNINGS.prometheus}{WHERE}[{RATE}])) * 60", "row warnings"),
                 query(f"sum(rate({I.EXPORT_FAILURES.prometheus}{WHERE}[{RATE}])) * 60", "export failures"),
+                query(f"sum by (kind) (rate({I.LATE_ROWS.prometheus}{WHERE}[{RATE}])) * 60", "late {{kind}}"),
+                query(f"sum(rate({I.PENDING_DELETED.prometheus}{WHERE}[{RATE}])) * 60", "pending runs deleted"),
+            )
+        )
+        .with_panel(
+            panel(
+                "Database clock and time zone",
+                "s",
+                "The database's clock minus this host's (settle and export delay are measured on the database's), "
+                "and 1 while the newest rows do not fit source.timezone (readiness is down then; see the log).",
+                query(f"{I.CLOCK_OFFSET.prometheus}{WHERE}", "{{instance}} clock offset"),
+                query(f"{I.ZONE_SUSPECT.prometheus}{WHERE}", "{{instance}} source.timezone suspect"),
             )
         )
     )

@@ -54,12 +54,15 @@ RUN_STATUS = "diagnosis.run.status"
 RUN_INTENT = "diagnosis.run.intent"
 RUN_RELEASE_OUTCOME = "diagnosis.run.release_outcome"
 RUN_AGENT_FLOW = "diagnosis.run.agent_flow"
-RUN_FEEDBACK = "diagnosis.run.feedback"
 RUN_STEP_COUNT = "diagnosis.run.step_count"
 RUN_TOOL_CALL_COUNT = "diagnosis.run.tool_call_count"
 RUN_TOTAL_TOKEN_COUNT = "diagnosis.run.total_token_count"
 RUN_DURATION_MS = "diagnosis.run.duration_ms"
 RUN_INCOMPLETE = "diagnosis.run.incomplete"
+# On the span that brings the final outcome of a run first sent as incomplete.
+RUN_COMPLETED_LATE = "diagnosis.run.completed_late"
+# The span name's suffix of that span: "invoke_agent {agent} completed".
+COMPLETION_SUFFIX = "completed"
 RUN_QUERY = "diagnosis.run.query"
 RUN_ANSWER = "diagnosis.run.answer"
 RUN_PUBLISHED_RESULT = "diagnosis.run.published_result"
@@ -91,8 +94,8 @@ GEN_AI_EVALUATION_SCORE_VALUE: str = gen_ai.GEN_AI_EVALUATION_SCORE_VALUE
 GEN_AI_EVALUATION_RESULT_EVENT = "gen_ai.evaluation.result"
 # When the user rated (ISO 8601, UTC): the span sits inside the run, not at this time.
 FEEDBACK_RATED_AT = "diagnosis.feedback.rated_at"
-# The value this rating replaced, so the current one reads at a glance.
-FEEDBACK_PREVIOUS = "diagnosis.feedback.previous"
+# On the span that marks a rating superseded: the rating that replaced it, and when that was given.
+FEEDBACK_SUPERSEDED_BY = "diagnosis.feedback.superseded_by"
 OI_KIND_EVALUATOR = "EVALUATOR"
 
 # OpenInference profile

@@ -6,7 +6,10 @@ Jaeger, and polluted Phoenix's latency percentiles). So:
 
 - the span goes inside the run's own window, at its end, and carries the real
   time as ``diagnosis.feedback.rated_at``: Jaeger and Tempo show it in the trace,
-  whose extent stays the run's;
+  whose extent stays the run's. It is a function of the row alone, so whoever
+  sends it again (a backfill, a re-send after a crash) sends the same bytes;
+- a rating that replaced another adds a ``superseded`` span under the old one's
+  span: a sent span cannot be changed, and the list must tell which is current;
 - the GenAI conventions' ``gen_ai.evaluation.result`` event is an OTLP log record
   at the real time, tied to the run's trace and root span, for log backends;
 - Phoenix gets a HUMAN annotation on the root span (see ``phoenix.py``), upserted
@@ -73,15 +76,14 @@ class Evaluations:
         end = start + duration * 1_000_000
         return max(start, end - _US), end
 
-    def span(self, row: FeedbackRow, previous: str | None) -> SpanData:
+    def span(self, row: FeedbackRow) -> SpanData:
+        """The rating's span: the row's alone, never what was sent before, so every send is the same bytes."""
         rated_at = self.rated_at_ns(row)
         start, end = self._window_end_ns(row, rated_at)
         attrs = self._attributes(row)
         if row.intent is not None:
             attrs.append((A.RUN_INTENT, row.intent))
         attrs.append((A.FEEDBACK_RATED_AT, _iso(rated_at)))
-        if previous is not None:
-            attrs.append((A.FEEDBACK_PREVIOUS, previous))
         if self._openinference:
             attrs.append((A.OPENINFERENCE_SPAN_KIND, A.OI_KIND_EVALUATOR))
         return SpanData(
@@ -92,6 +94,29 @@ class Evaluations:
             start_ns=start,
             end_ns=end,
             attributes=tuple(attrs),
+        )
+
+    def superseded(self, row: FeedbackRow, old_value: str, old_rated_at_ns: int) -> SpanData:
+        """A child of the replaced rating's span, named so the list shows which rating no longer holds.
+
+        Its id comes from both ratings, so a re-send after a crash is the same span."""
+        old_id = feedback_span_id_for(row.run_id, old_value, old_rated_at_ns)
+        rated_at = self.rated_at_ns(row)
+        start, end = self._window_end_ns(row, old_rated_at_ns)
+        key = f"superseded:{old_id.hex()}:{row.feedback}:{rated_at}"
+        return SpanData(
+            trace_id=trace_id_for(row.run_id),
+            span_id=nonzero_window(hashlib.sha256(key.encode()).digest(), 8),
+            parent_span_id=old_id,
+            name=f"superseded {self._name}",
+            start_ns=start,
+            end_ns=end,
+            attributes=(
+                (A.GEN_AI_EVALUATION_NAME, self._name),
+                (A.RUN_ID, row.run_id),
+                (A.FEEDBACK_SUPERSEDED_BY, row.feedback),
+                (A.FEEDBACK_RATED_AT, _iso(rated_at)),
+            ),
         )
 
     def log_record(self, row: FeedbackRow) -> LogData:

@@ -91,5 +91,10 @@ def root_span_id_for(run_id: str) -> bytes:
     return nonzero_window(hashlib.sha256(f"run:{run_id}".encode()).digest(), 8)
 
 
+def completion_span_id_for(run_id: str) -> bytes:
+    """The span that carries the final outcome of a run first sent as incomplete."""
+    return nonzero_window(hashlib.sha256(f"run_completion:{run_id}".encode()).digest(), 8)
+
+
 def tool_span_id_for(run_id: str, tool_id: int) -> bytes:
     return nonzero_window(hashlib.sha256(f"tool_invocation:{run_id}:{tool_id}".encode()).digest(), 8)

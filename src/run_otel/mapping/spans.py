@@ -28,6 +28,7 @@ from .span_data import (
     Event,
     MappedRun,
     SpanData,
+    completion_span_id_for,
     root_span_id_for,
     tool_span_id_for,
     trace_id_for,
@@ -90,6 +91,29 @@ class Mapper:
         limit = self._limits.apply
         return MappedRun([limit(root), *(limit(child) for child in children)], warnings)
 
+    def map_late(self, run: RunRow, tools: Sequence[ToolRow], late_ids: set[int], completed: bool) -> MappedRun:
+        """What an exported run sends later: the spans of its tool rows in ``late_ids`` and, once
+        a run sent as incomplete has finished, a child of the root with its final outcome.
+
+        The root is never sent again: with a new extent or status it would be a second, different
+        span with the same id, which Jaeger shows twice. ``tools`` are all of the run's rows."""
+        warnings: list[str] = []
+        trace_id, root_id = trace_id_for(run.run_id), root_span_id_for(run.run_id)
+        fallback_ns = self._run_start_ns(run, warnings)
+        kept = tools[: self._cap]
+        spans = [self._tool_span(run, t, trace_id, root_id, fallback_ns, warnings) for t in kept if t.id in late_ids]
+        if completed:
+            quiet: list[str] = []  # the rows sent before warned at their own export
+            children = [self._tool_span(run, t, trace_id, root_id, fallback_ns, quiet) for t in kept]
+            start_ns, end_ns = self._run_bounds(run, fallback_ns, children, quiet)
+            attributes = self._run_attributes(run, False, len(tools) - len(kept)) + ((A.RUN_COMPLETED_LATE, True),)
+            name = f"{A.OPERATION_INVOKE_AGENT} {self._agent_name} {A.COMPLETION_SUFFIX}"
+            span_id = completion_span_id_for(run.run_id)
+            status = self._run_status(run, False, end_ns)
+            spans.insert(0, SpanData(trace_id, span_id, root_id, name, start_ns, end_ns, attributes, **status))
+        limit = self._limits.apply
+        return MappedRun([limit(span) for span in spans], warnings)
+
     def _run_start_ns(self, run: RunRow, warnings: list[str]) -> int:
         start = self._epoch_ns(run.created_at)
         if start is None:
@@ -135,7 +159,6 @@ class Mapper:
             (A.RUN_INTENT, run.intent),
             (A.RUN_RELEASE_OUTCOME, run.release_outcome),
             (A.RUN_AGENT_FLOW, run.agent_flow),
-            (A.RUN_FEEDBACK, run.feedback),
             (A.RUN_STEP_COUNT, run.step_count),
             (A.RUN_TOOL_CALL_COUNT, run.tool_call_count),
             (A.RUN_TOTAL_TOKEN_COUNT, run.total_token_count),

@@ -17,7 +17,8 @@ from ..factory import build_backfill, build_parts, build_source, start_metrics
 from ..mapping.span_data import trace_id_for
 from ..pipeline.backfill import Plan, Window, order_warning, plan, resume_hint
 from ..pipeline.results import PollResult
-from ..source.reader import SourceError
+from ..source.clock import zone_finding
+from ..source.reader import Source, SourceError
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,9 @@ def run_backfill(
     with build_parts(config, recorder=metrics) as parts:
         backfill = build_backfill(parts)
         ids_plan = plan(parts.source, window, *ids)
+        shifted = shifted_window(parts.source, window)
+        if shifted:
+            log.warning(shifted)
         signal.signal(signal.SIGTERM, lambda *_: backfill.stop_requested.set())
         outcome = BackfillOutcome(ids_plan, window, read_to=ids_plan.first_id - 1)
         started = time.monotonic()
@@ -82,6 +86,8 @@ def run_backfill(
         outcome.seconds = time.monotonic() - started
         # The order probes read the database; after a failure it may be away, and the resume line matters more.
         outcome.warning = order_warning(ids_plan, outcome.total.outside_window, parts.source) if error is None else None
+        if shifted:
+            outcome.warning = f"{shifted}{' ' + outcome.warning if outcome.warning else ''}"
         if server:
             server.stop()
         if metrics:
@@ -92,6 +98,18 @@ def run_backfill(
         elif backfill.stop_requested.is_set() and outcome.read_to < ids_plan.last_id:
             outcome.failure = f"stopped by SIGTERM after run id {outcome.read_to}: {resume}"
         return outcome
+
+
+def shifted_window(source: Source, window: Window) -> str | None:
+    """A window in time read under a wrong-looking source.timezone is shifted by its error:
+    `--since 1h` would send runs hours old, or none. Said before anything is read."""
+    if window.since is None and window.until is None:
+        return None
+    sample = source.clock_sample()
+    finding = zone_finding(sample, source.clock) if sample else None
+    if finding is None:
+        return None
+    return f"the window looks shifted: {finding.message(source.clock.zone_name)}; --since/--until are read in it."
 
 
 def _run_in_parts(

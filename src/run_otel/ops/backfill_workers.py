@@ -192,6 +192,7 @@ def _work(config: Config, window: Window, k: int, first_id: int, last_id: int, r
             "dropped_spans": result.dropped_spans,
             "warnings": result.warnings,
             "outside_window": result.outside_window,
+            "in_flight": result.in_flight,
         }
         reports.put(("batch", k, cursor, counts, runs[0].run.run_id if runs else "", runs[-1].run.run_id if runs else ""))
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -39,7 +40,8 @@ class Finding:
     detail: str = ""
 
 
-def run_checks(config: Config) -> Iterator[Finding]:
+def run_checks(config: Config, clock: Callable[[], float] = time.time) -> Iterator[Finding]:
+    """Each check's verdict; ``clock`` is this host's, which the database's is compared with."""
     yield Finding(OK, "config", "valid")
     try:
         source = build_source(config)
@@ -62,6 +64,7 @@ def run_checks(config: Config) -> Iterator[Finding]:
         yield from _check_indexes(source)
         yield from _check_privileges(source)
         yield from _check_timezone(config, source)
+        yield from _check_clock(config, source, clock)
         yield from _check_feedback_values(config, source)
         yield from _check_checkpoint_ahead(config, source)
     finally:
@@ -178,6 +181,34 @@ def _check_privileges(source: Source) -> Iterator[Finding]:
         yield Finding(OK, "privileges", f"SELECT only, on {database}.diagnosis_run and {database}.tool_invocation")
 
 
+# NTP keeps synchronized hosts within milliseconds, and one round trip adds less than this: an
+# offset above it is a broken time sync, and it moves every span against the host's own logs.
+CLOCK_OFFSET_WARN_SECONDS = 1.0
+
+
+def _check_clock(config: Config, source: Source, clock: Callable[[], float]) -> Iterator[Finding]:
+    """The database's clock against this host's. From poll.settle_seconds (default 2 s) up, an
+    offset used to hold every run for the offset: the poll now measures it, but it still shows."""
+    try:
+        offset = source.clock_offset(clock)
+    except SourceError as exc:
+        yield Finding(FAIL, "database clock", f"cannot read UTC_TIMESTAMP(): {exc}")
+        return
+    if offset is None:
+        return  # SQLite reads this host's clock
+    limit = max(CLOCK_OFFSET_WARN_SECONDS, min(config.poll.settle_seconds, 5.0))
+    where = "ahead of" if offset > 0 else "behind"
+    if abs(offset) > limit:
+        yield Finding(
+            WARN,
+            "database clock",
+            f"{abs(offset):.1f}s {where} this host's (over {limit:g}s): the spans' times are the database's, so they "
+            "sit that far from this host's logs and metrics; fix the time sync (NTP) of the one that is wrong",
+        )
+    else:
+        yield Finding(OK, "database clock", f"{abs(offset):.2f}s {where} this host's")
+
+
 def _check_timezone(config: Config, source: Source) -> Iterator[Finding]:
     try:
         sample = source.clock_sample()
@@ -244,8 +275,12 @@ def _check_checkpoint_ahead(config: Config, source: Source) -> Iterator[Finding]
         return  # reported by the state store and database checks
     finally:
         store.close()
+    next_id = source.next_run_id() if any(c.high_water > newest for _n, c, _s in shards) else None
     for name, checkpoint, saved_at in shards:
-        if checkpoint.high_water > newest:
+        if checkpoint.high_water > newest and next_id is not None and next_id > checkpoint.high_water:
+            detail = f"the newest runs (ids {newest + 1}..{checkpoint.high_water}) were deleted; AUTO_INCREMENT is at {next_id}"
+            yield Finding(OK, f"checkpoint {name}", f"high-water id {checkpoint.high_water}; {detail}, so no id is reused")
+        elif checkpoint.high_water > newest:
             shard = shard_from_name(name) or config.shard
             where = f"{name} in {store.describe()}"
             detail = behind_message(where, checkpoint.high_water, newest, source.describe(), shard, saved_at)

@@ -107,6 +107,10 @@ def rewound(checkpoint: Checkpoint, first_id: int) -> Checkpoint:
         high_water=keep,
         pending={i: seen for i, seen in checkpoint.pending.items() if i <= keep},
         gaps={i: seen for i, seen in checkpoint.gaps.items() if i <= keep},
+        # Back: the runs from first_id are sent again, so their ratings follow. Forward: the runs
+        # skipped are never sent, and a rating alone would open a trace with no run in it.
+        start_mark=min(checkpoint.start_mark, keep) if keep <= checkpoint.high_water else keep,
+        taken_over={i for i in checkpoint.taken_over if i <= keep},
     )
 
 

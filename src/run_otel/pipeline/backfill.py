@@ -91,11 +91,15 @@ def resume_hint(read_to: int, last_id: int) -> str:
     )
 
 
-def where_to_find(first_trace: str, last_trace: str) -> list[str]:
-    """The closing lines of a backfill: where its runs can be opened, and where not."""
+def where_to_find(first_trace: str, last_trace: str, in_flight: int = 0) -> list[str]:
+    """The closing lines of a backfill: the runs it left to the daemon, where its runs can be opened, and where not."""
+    left = [
+        f"{in_flight} run(s) of the window were still in flight: left to the daemon, which sends each when it finishes "
+        "(a first start takes over the runs in flight of the last poll.run_timeout_seconds)"
+    ]
     if not first_trace:
-        return []
-    return [
+        return left if in_flight else []
+    return (left if in_flight else []) + [
         f"first trace {first_trace}, last trace {last_trace}",
         "Jaeger: open them by trace id, or search the window above.",
         "Tempo: open them by trace id. Its search finds spans older than "

@@ -1,6 +1,7 @@
 """A backfill's pass over an id range: read each batch (the next one while this
 one is sent), keep the finished runs of the shard created in the window, and
-export them. The checkpoint is neither read nor moved."""
+export them, then the ratings they carry (the daemon's feedback pass follows
+only the runs it sent itself). The checkpoint is neither read nor moved."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from ..config import PollConfig
 from ..sharding import Shard, in_shard
 from ..source.reader import Source
 from ..source.reconnect import Reconnecting
-from ..source.rows import RunRow, ToolRow, is_terminal
+from ..source.rows import FeedbackRow, RunRow, ToolRow, is_terminal
+from .feedback import FeedbackSender
 from .gc_policy import BatchCollection
 from .readahead import ReadAhead
 from .results import PollResult, Recorder
@@ -29,6 +31,7 @@ class _Batch:
     ready: list[RunRow]  # of those, this shard's finished or timed-out runs
     tools: dict[str, list[ToolRow]]
     outside_window: int
+    in_flight: int  # this shard's runs of the window not finished: the daemon's
 
     @property
     def incomplete(self) -> set[int]:
@@ -44,9 +47,11 @@ class BackfillPass:
         source: Source,
         exporter: RunExporter,
         recorder: Recorder,
+        ratings: FeedbackSender | None = None,
         clock: Callable[[], float] = time.time,
     ):
         self._batch_size = poll.batch_size
+        self._ratings = ratings
         self._shard = shard
         self._source = source
         self._exporter = exporter
@@ -76,8 +81,13 @@ class BackfillPass:
                     self._exporter.note_status(run.status)
                 result = self._exporter.export(batch.ready, batch.incomplete, batch.tools)
                 result.outside_window = batch.outside_window
+                result.in_flight = batch.in_flight
+                rated = _rated(batch.ready) if self._ratings is not None else []
+                if self._ratings is not None and rated:
+                    self._ratings.send(rated)
                 if record_metrics:
                     self._recorder.runs_exported(result, self._clock())
+                    self._recorder.feedback_sent(rated)
                 total.add(result)
                 on_batch(result, batch.cursor)
                 collection.after_batch()
@@ -93,9 +103,19 @@ class BackfillPass:
             cursor = runs[-1].id
             now = self._clock()
             inside = [run for run in runs if created_in(run)]
-            ready = [r for r in inside if in_shard(r.run_id, self._shard) and self._finished(r, now)]
+            mine = [r for r in inside if in_shard(r.run_id, self._shard)]
+            ready = [r for r in mine if self._finished(r, now)]
             tools = self._read(partial(self._source.tools_for, [r.run_id for r in ready])) if ready else {}
-            yield _Batch(cursor, inside, ready, tools, len(runs) - len(inside))
+            yield _Batch(cursor, inside, ready, tools, len(runs) - len(inside), len(mine) - len(ready))
 
     def _finished(self, run: RunRow, now: float) -> bool:
         return is_terminal(run.status) or timed_out(self._source.clock.epoch(run.created_at), now, now, self._rules)
+
+
+def _rated(runs: list[RunRow]) -> list[FeedbackRow]:
+    """The finished runs' ratings, as the feedback pass reads them (a timed-out run's is not final)."""
+    return [
+        FeedbackRow(r.id, r.run_id, r.intent, r.feedback, r.updated_at, r.created_at, r.total_duration_ms)
+        for r in runs
+        if r.feedback is not None and is_terminal(r.status)
+    ]

@@ -18,6 +18,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from ..config import StateConfig
 from ..sharding import Shard, shard_name
 from ..source.engine import make_engine, safe_url
+from . import watch
+from .watch import Watched
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +38,12 @@ checkpoint_table = Table(
     Column("pending", Text, nullable=False),
     Column("gaps", Text, nullable=False),
     Column("saved_at", Seconds, nullable=False),
+    # The high-water mark of the first start: runs at or below it were never this bridge's to send
+    # (a backfill's, or nobody's), so their ratings are not either. NULL in tables of earlier releases.
+    Column("start_mark", BigInteger, nullable=True),
+    # The runs below start_mark in flight at the first start, taken over and sent by this bridge: their
+    # ratings are its to send too. A JSON list of primary keys; NULL in tables of earlier releases.
+    Column("taken_over", Text, nullable=True),
 )
 
 
@@ -47,7 +55,12 @@ feedback_table = Table(
     Column("run_id", String(128), primary_key=True),
     Column("feedback", String(64), nullable=False),
     Column("sent_at", Seconds, nullable=False, index=True),
+    # When the rating sent was given (ns): names its span, under which a later rating marks it superseded.
+    Column("rated_at_ns", BigInteger, nullable=True),
 )
+
+# Columns added since the tables were first released: added in place to tables made before.
+_ADDED_COLUMNS = ((checkpoint_table, "start_mark"), (checkpoint_table, "taken_over"), (feedback_table, "rated_at_ns"))
 
 
 class CheckpointError(RuntimeError):
@@ -61,9 +74,21 @@ class Checkpoint:
     pending: dict[int, float] = field(default_factory=dict)
     # missing primary key below the high-water mark -> when it was first missed
     gaps: dict[int, float] = field(default_factory=dict)
+    # The first start's high-water mark; 0 for a checkpoint saved before it was recorded.
+    start_mark: int = 0
+    # Primary keys below start_mark of the runs in flight at the first start, which this bridge sends.
+    taken_over: set[int] = field(default_factory=set)
 
     def copy(self) -> Checkpoint:
-        return Checkpoint(self.high_water, dict(self.pending), dict(self.gaps))
+        return Checkpoint(self.high_water, dict(self.pending), dict(self.gaps), self.start_mark, set(self.taken_over))
+
+
+@dataclass(frozen=True)
+class SentRating:
+    """The rating last sent for a run, and when it was given (None when an earlier release sent it)."""
+
+    feedback: str
+    rated_at_ns: int | None = None
 
 
 class CheckpointStore:
@@ -80,6 +105,7 @@ class CheckpointStore:
             return
         try:
             _metadata.create_all(self.engine)
+            watch.metadata.create_all(self.engine)
         except SQLAlchemyError as exc:
             # Two instances starting together (HA, shards) race to create the table.
             if self._table_exists():
@@ -88,6 +114,7 @@ class CheckpointStore:
                 f"state store {self.describe()} is not usable: {exc.__class__.__name__}: {getattr(exc, 'orig', exc)}"
             ) from None
         self._widen_seconds()
+        self._add_columns()
 
     def _widen_seconds(self) -> None:
         """Tables created by earlier releases on MySQL/MariaDB keep seconds in a FLOAT: made DOUBLE here."""
@@ -111,6 +138,20 @@ class CheckpointStore:
                     kind,
                     getattr(exc, "orig", exc),
                 )
+
+    def _add_columns(self) -> None:
+        """Adds the nullable columns newer than the tables, so a store made by an earlier release keeps working."""
+        for table, column in _ADDED_COLUMNS:
+            try:
+                if column in {c["name"] for c in inspect(self.engine).get_columns(table.name)}:
+                    continue
+                kind = table.c[column].type.compile(dialect=self.engine.dialect)
+                with self.engine.begin() as conn:
+                    conn.execute(text(f"ALTER TABLE {table.name} ADD COLUMN {column} {kind} NULL"))
+                log.info("state store %s: added %s.%s", self.describe(), table.name, column)
+            except SQLAlchemyError as exc:
+                # Two instances starting together race to add it; a store that cannot take it fails at first use.
+                log.debug("state store %s: adding %s.%s: %s", self.describe(), table.name, column, getattr(exc, "orig", exc))
 
     def _table_exists(self) -> bool:
         try:
@@ -143,6 +184,8 @@ class CheckpointStore:
                 high_water=int(row.high_water),
                 pending={int(k): float(v) for k, v in json.loads(row.pending).items()},
                 gaps={int(k): float(v) for k, v in json.loads(row.gaps).items()},
+                start_mark=int(row.start_mark or 0),
+                taken_over={int(i) for i in json.loads(row.taken_over or "[]")},
             )
         except (ValueError, TypeError, AttributeError) as exc:
             raise CheckpointError(
@@ -178,14 +221,16 @@ class CheckpointStore:
                 out.append((name, checkpoint, float(saved_at)))
         return out
 
-    def save(self, checkpoint: Checkpoint, now: float, feedback: dict[str, str] | None = None) -> None:
-        """Saves the checkpoint and, in the same transaction, the feedback its runs were exported with."""
+    def save(self, checkpoint: Checkpoint, now: float, watched: list[Watched] | None = None) -> None:
+        """Saves the checkpoint and, in the same transaction, the runs whose traces are kept complete from now on."""
         values = {
             "format_version": FORMAT_VERSION,
             "high_water": checkpoint.high_water,
             "pending": json.dumps({str(k): v for k, v in sorted(checkpoint.pending.items())}),
             "gaps": json.dumps({str(k): v for k, v in sorted(checkpoint.gaps.items())}),
             "saved_at": now,
+            "start_mark": checkpoint.start_mark,
+            "taken_over": json.dumps(sorted(checkpoint.taken_over)),
         }
         try:
             with self.engine.begin() as conn:
@@ -194,10 +239,28 @@ class CheckpointStore:
                 ).rowcount
                 if not updated:
                     conn.execute(checkpoint_table.insert().values(name=self.name, **values))
-                if feedback:
-                    self._record_feedback(conn, feedback, now)
+                if watched:
+                    watch.record(conn, self.name, watched)
         except SQLAlchemyError as exc:
             raise self._failed("cannot save the checkpoint", exc) from None
+
+    # -- runs watched after their export ---------------------------------------------
+
+    def watched(self, now: float) -> list[Watched]:
+        """The runs whose traces are still kept complete at ``now``."""
+        try:
+            return watch.load(self.engine, self.name, now)
+        except SQLAlchemyError as exc:
+            raise self._failed("is unreadable", exc) from None
+
+    def save_watch(self, updated: list[Watched], done: list[str], now: float) -> None:
+        """Records what the late pass sent, and ends the watches that are over."""
+        try:
+            with self.engine.begin() as conn:
+                watch.forget(conn, self.name, done, before=now)
+                watch.record(conn, self.name, updated)
+        except SQLAlchemyError as exc:
+            raise self._failed("cannot save the runs watched", exc) from None
 
     def _failed(self, what: str, exc: SQLAlchemyError) -> CheckpointError:
         """The error for a store that failed mid-use. Its pooled connections are dropped, so a
@@ -205,32 +268,37 @@ class CheckpointStore:
         self.engine.dispose()
         return CheckpointError(f"state store {self.describe()} {what}: {getattr(exc, 'orig', exc)}")
 
-    def _record_feedback(self, conn: Connection, sent: dict[str, str], now: float) -> None:
+    def _record_feedback(self, conn: Connection, sent: dict[str, SentRating], now: float) -> None:
         table = feedback_table
         conn.execute(table.delete().where(table.c.shard == self.name, table.c.run_id.in_(list(sent))))
         conn.execute(
             table.insert(),
-            [{"shard": self.name, "run_id": run_id, "feedback": value, "sent_at": now} for run_id, value in sent.items()],
+            [
+                {"shard": self.name, "run_id": run_id, "feedback": r.feedback, "rated_at_ns": r.rated_at_ns, "sent_at": now}
+                for run_id, r in sent.items()
+            ],
         )
 
     # -- feedback sent --------------------------------------------------------------
 
-    def sent_feedback(self, run_ids: list[str]) -> dict[str, str]:
-        """run_id -> the feedback value last sent, for those of ``run_ids`` that have one."""
+    def sent_feedback(self, run_ids: list[str]) -> dict[str, SentRating]:
+        """run_id -> the rating last sent, for those of ``run_ids`` that have one."""
         table, out = feedback_table, {}
         try:
             with self.engine.connect() as conn:
                 for start in range(0, len(run_ids), 500):
                     chunk = run_ids[start : start + 500]
                     rows = conn.execute(
-                        select(table.c.run_id, table.c.feedback).where(table.c.shard == self.name, table.c.run_id.in_(chunk))
+                        select(table.c.run_id, table.c.feedback, table.c.rated_at_ns).where(
+                            table.c.shard == self.name, table.c.run_id.in_(chunk)
+                        )
                     )
-                    out.update({run_id: feedback for run_id, feedback in rows})
+                    out.update({run_id: SentRating(feedback, rated_at) for run_id, feedback, rated_at in rows})
         except SQLAlchemyError as exc:
             raise self._failed("is unreadable", exc) from None
         return out
 
-    def save_feedback(self, sent: dict[str, str], now: float, forget_before: float) -> None:
+    def save_feedback(self, sent: dict[str, SentRating], now: float, forget_before: float) -> None:
         """Records what was acknowledged, and forgets runs that left the recheck window."""
         table = feedback_table
         try:

@@ -1,22 +1,26 @@
-"""User feedback that arrives after its run was exported, sent into the run's trace.
+"""User ratings of the runs this bridge sent, into each run's trace.
 
-``diagnosis_run.feedback`` is written when the user rates an answer, usually
+``diagnosis_run.feedback`` is written when the user rates an answer, before or
 after run-otel exported the run. A pass re-reads the finished, rated runs
 created within ``feedback.window_seconds``: one primary-key range, found by
 primary-key probes (the agent's schema has no index on ``updated_at``, and is
-not ours to change). A value not sent before, or changed since, becomes a
-child span of the run's root, inside the run's window (``evaluation.py``), and,
-where configured, a ``gen_ai.evaluation.result`` log record and a Phoenix
-annotation. Its id comes from the run and the rating, so a re-send after a
-crash is the same span. What was acknowledged is recorded in the state store
-before it is counted, so each change is counted once.
+not ours to change). The range starts above the first start's mark and ends at
+the checkpoint; beside it come the runs the first start took over in flight
+below its mark, which it sent too. Runs still pending or missing are left out:
+a rating alone, without its run's trace, would be an orphan trace. A value not sent before, or
+changed since, becomes a child span of the run's root, inside the run's window
+(``evaluation.py``), and, where configured, a ``gen_ai.evaluation.result`` log
+record and a Phoenix annotation; a replaced rating gets a ``superseded`` span
+under its own. Ids come from the rows, so a re-send after a crash is the same
+span. What was acknowledged is recorded in the state store before it is
+counted, so each rating is counted once, when first seen.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -30,7 +34,7 @@ from ..mapping.feedback_vocab import UnmappedFeedback
 from ..sharding import in_shard
 from ..source.reader import Source
 from ..source.rows import FeedbackRow
-from .checkpoint import CheckpointStore
+from .checkpoint import Checkpoint, CheckpointStore, SentRating
 from .results import Recorder
 
 if TYPE_CHECKING:  # its HTTP client loads only when Phoenix is configured
@@ -46,7 +50,9 @@ class FeedbackResult:
 
 
 class FeedbackSender:
-    """Where a rating goes: a span into the run's trace, and where configured a log record and a Phoenix annotation."""
+    """A rating in its three shapes: the span in the run's trace (with a marker under the span of the
+    rating it replaced), the ``gen_ai.evaluation.result`` log record, and the Phoenix annotation.
+    The feedback pass and the backfill share it."""
 
     def __init__(
         self,
@@ -56,15 +62,26 @@ class FeedbackSender:
         log_records: LogRecordSender | None = None,
         phoenix: PhoenixAnnotations | None = None,
     ):
-        self._evaluations = evaluations
+        self.evaluations = evaluations
         self._encoder = encoder
         self._sink = sink
         self._log_records = log_records
         self._phoenix = phoenix
 
-    def send(self, rows: list[FeedbackRow], sent_before: dict[str, str]) -> None:
-        evaluations = self._evaluations
-        spans = [self._encoder.span(evaluations.span(row, sent_before.get(row.run_id))) for row in rows]
+    def look_again(self) -> None:
+        """Phoenix: the annotations its queue held for roots it lacked, once it is done with them."""
+        if self._phoenix is not None:
+            self._phoenix.look_again()
+
+    def send(self, rows: Sequence[FeedbackRow], sent_before: Mapping[str, SentRating] | None = None) -> None:
+        """Raises when the spans were not acknowledged or Phoenix refused; the caller records nothing then."""
+        evaluations, sent_before = self.evaluations, sent_before or {}
+        spans = [self._encoder.span(evaluations.span(row)) for row in rows]
+        for row in rows:
+            before = sent_before.get(row.run_id)
+            # An earlier release kept no rating time, so the old span's id is unknown: no marker then.
+            if before is not None and before.rated_at_ns is not None:
+                spans.append(self._encoder.span(evaluations.superseded(row, before.feedback, before.rated_at_ns)))
         # A feedback span or record is a few hundred bytes: 1000 keep a request far under receivers' 4 MiB limit.
         for start in range(0, len(spans), 1000):
             self._sink.send(self._encoder.request(spans[start : start + 1000]))
@@ -91,29 +108,46 @@ class FeedbackPass:
         self._config = config
         self._source = source
         self._store = store
-        self._sender = sender
+        self._ratings = sender
         self._recorder = recorder or Recorder()
         self._clock = clock
         self._unmapped = UnmappedFeedback(config)
 
     def run(self) -> FeedbackResult:
         """One pass over the exported runs (up to the saved checkpoint) created within the window."""
+        self._ratings.look_again()
         checkpoint = self._store.load()
-        last_exported_id = checkpoint.high_water if checkpoint else 0
-        if last_exported_id <= 0:
+        if checkpoint is None or (checkpoint.high_water <= checkpoint.start_mark and not checkpoint.taken_over):
             return FeedbackResult()
         now = self._clock()
         since = self._source.clock.naive(datetime.fromtimestamp(now - self._config.window_seconds, UTC))
-        first_id = self._source.first_id_created_at_or_after(since)
-        shard = self._store.shard
-        rated = [row for row in self._source.rated_runs(first_id, last_exported_id) if in_shard(row.run_id, shard)]
+        window_first = self._source.first_id_created_at_or_after(since)
+        # A pending or missing run is not sent yet: its rating goes out on the pass after its export.
+        unsent = checkpoint.pending.keys() | checkpoint.gaps.keys()
+        rated = [
+            row
+            for row in [
+                *self._taken_over(checkpoint, window_first),
+                *self._source.rated_runs(max(window_first, checkpoint.start_mark + 1), checkpoint.high_water),
+            ]
+            if row.id not in unsent and in_shard(row.run_id, self._store.shard)
+        ]
         self._unmapped.note(row.feedback for row in rated)
         sent_before = self._store.sent_feedback([row.run_id for row in rated])
-        changed = [row for row in rated if sent_before.get(row.run_id) != row.feedback]
+        changed = [row for row in rated if (before := sent_before.get(row.run_id)) is None or before.feedback != row.feedback]
         if changed:
-            self._sender.send(changed, sent_before)
-        self._store.save_feedback({row.run_id: row.feedback for row in changed}, now, now - self._config.window_seconds)
+            self._ratings.send(changed, sent_before)
+        sent = {row.run_id: SentRating(row.feedback, self._ratings.evaluations.rated_at_ns(row)) for row in changed}
+        self._store.save_feedback(sent, now, now - self._config.window_seconds)
         self._recorder.feedback_sent(changed)
         if changed:
             log.debug("feedback: %d rated runs in the window, %d new or changed sent", len(rated), len(changed))
         return FeedbackResult(len(rated), len(changed))
+
+    def _taken_over(self, checkpoint: Checkpoint, window_first: int) -> list[FeedbackRow]:
+        """The rated runs below the start mark that the first start took over in flight, and sent: only
+        those, since the finished runs beside them were never this bridge's (one range read, filtered)."""
+        ids = [i for i in checkpoint.taken_over if window_first <= i <= checkpoint.start_mark]
+        if not ids:
+            return []
+        return [row for row in self._source.rated_runs(min(ids), max(ids)) if row.id in checkpoint.taken_over]

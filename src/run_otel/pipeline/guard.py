@@ -64,6 +64,7 @@ class SourceGuard:
     saved_at: Callable[[], float | None]  # when the checkpoint was last saved
     newest_seen: int | None = None
     marks: dict[int, str] = field(default_factory=dict)  # the last ids read at the top -> their run_id
+    deleted_logged: tuple[int, int] | None = None  # the deletion last logged: (newest id, mark)
 
     def check(self, high_water: int, new_runs: Sequence[RunRow], batch_size: int) -> None:
         """Sets the gauge; raises SourceBehindError when the source went back below the mark.
@@ -81,6 +82,8 @@ class SourceGuard:
             newest = self.source.max_run_id()
         ahead = self.observe(high_water, newest, exact=len(new_runs) < batch_size)
         replaced = now is not None and now != known
+        if ahead and not replaced and self._deleted_only(high_water, newest):
+            ahead = 0
         # A replaced run at the mark may hide any number of lost runs: the gauge shows at least one.
         self.record(max(ahead, 1) if replaced else ahead)
         if new_runs:
@@ -88,6 +91,25 @@ class SourceGuard:
         if replaced or ahead:
             reused = f"run id {high_water} is now {now}, no longer {known}" if replaced else ""
             raise self.error(high_water, newest, reused)
+
+    def _deleted_only(self, high_water: int, newest: int) -> bool:
+        """Whether the runs above the newest id were deleted rather than the source restored: then
+        AUTO_INCREMENT stays above the mark and no new run reuses an id the poller has passed."""
+        next_id = self.source.next_run_id()
+        if next_id is None or next_id <= high_water:
+            return False
+        if self.deleted_logged != (newest, high_water):
+            self.deleted_logged = (newest, high_water)
+            ids = f"run id {high_water}" if newest + 1 == high_water else f"run ids {newest + 1}..{high_water}"
+            log.warning(
+                "%s deleted from %s (the newest run is id %d); AUTO_INCREMENT is at %d, so no new run "
+                "reuses them: not a restore, nothing to do",
+                ids,
+                self.source.describe(),
+                newest,
+                next_id,
+            )
+        return True
 
     def _remember(self, run: RunRow) -> None:
         self.marks[run.id] = run.run_id

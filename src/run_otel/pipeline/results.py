@@ -20,6 +20,21 @@ class ExportedRun:
 
 
 @dataclass
+class LateRun:
+    """A run exported before, with what it sends now: tool rows committed after its export
+    and, for a run sent as incomplete that has finished, its final outcome."""
+
+    run: RunRow
+    tools: Sequence[ToolRow]  # all of its tool rows, the late ones among them
+    late_ids: frozenset[int]
+    completed: bool
+
+    @property
+    def late_tools(self) -> list[ToolRow]:
+        return [tool for tool in self.tools if tool.id in self.late_ids]
+
+
+@dataclass
 class PollResult:
     """One batch's exported runs; a total over batches keeps the counts only, so a
     long drain or backfill holds one batch in memory, never the backlog."""
@@ -35,6 +50,8 @@ class PollResult:
     full_batch: bool = False
     # Backfill: rows inside the id range but created outside the time window.
     outside_window: int = 0
+    # Backfill: runs of the window still running (or not settled), left to the daemon.
+    in_flight: int = 0
     # When the first finished-but-unsettled run becomes exportable (Unix time).
     next_settle_at: float | None = None
 
@@ -50,6 +67,7 @@ class PollResult:
         self.dropped_spans += other.dropped_spans
         self.warnings += other.warnings
         self.outside_window += other.outside_window
+        self.in_flight += other.in_flight
         self.pending, self.gaps, self.full_batch = other.pending, other.gaps, other.full_batch
         self.next_settle_at = other.next_settle_at
 
@@ -68,6 +86,14 @@ class Recorder:
     def backlog(self, runs: int, seconds: float | None) -> None: ...
 
     def feedback_sent(self, rows: Sequence[FeedbackRow]) -> None: ...
+
+    def late_sent(self, runs: Sequence[LateRun]) -> None: ...
+
+    def pending_deleted(self, count: int) -> None: ...
+
+    def clock_offset(self, seconds: float) -> None: ...
+
+    def zone_suspect(self, message: str | None) -> None: ...
 
     def spans_dropped(self, reason: str, count: int) -> None: ...
 

@@ -4,7 +4,8 @@ meaning, map it to spans, and send the spans in requests under the size limit.""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from ..export.sending import RequestSender
 from ..mapping.span_data import MappedRun
@@ -12,9 +13,12 @@ from ..mapping.spans import Mapper
 from ..source.reader import Source
 from ..source.readings import read_run, read_tool
 from ..source.rows import TERMINAL_STATUSES, RunRow, ToolRow, is_terminal
-from .results import ExportedRun, PollResult, Recorder
+from .results import ExportedRun, LateRun, PollResult, Recorder
 
 log = logging.getLogger(__name__)
+
+# run_otel_dropped_spans_total's reason for a run no value left out lets the mapper map.
+UNMAPPABLE = "unmappable"
 
 
 class RunExporter:
@@ -40,11 +44,15 @@ class RunExporter:
         if tools is None:
             tools = self._source.tools_for(r.run_id for r in runs) if runs else {}
         mapped: list[tuple[ExportedRun, MappedRun]] = []
+        unmapped = 0
         for row in runs:
             warnings: list[str] = []
             run = read_run(row, warnings)
             run_tools = [read_tool(tool, warnings) for tool in tools.get(run.run_id, [])]
-            one = self._mapper.map_run(run, run_tools, incomplete=run.id in incomplete_ids)
+            one = self._map(run, run_tools, run.id in incomplete_ids, warnings)
+            if one is None:
+                unmapped += 1 + len(run_tools)
+                continue
             warnings += one.warnings
             for warning in warnings:
                 log.warning("run %s: %s", run.run_id, warning)
@@ -52,13 +60,52 @@ class RunExporter:
             settled_at = self._clock.epoch(run.updated_at)
             mapped.append((ExportedRun(run, run_tools, run.id in incomplete_ids, len(one.spans), settled_at), one))
         sent = self._sender.send((exported.run.run_id, one.spans) for exported, one in mapped)
-        result.rejected_spans, result.dropped_spans = sent.rejected, sent.dropped
+        result.rejected_spans, result.dropped_spans = sent.rejected, sent.dropped + unmapped
         result.runs = [exported for exported, _ in mapped]
         result.run_count = len(result.runs)
         result.spans = sum(e.span_count for e in result.runs)
         if result.warnings:
             self._recorder.row_warnings(result.warnings)
         return result
+
+    def _map(self, run: RunRow, tools: list[ToolRow], incomplete: bool, warnings: list[str]) -> MappedRun | None:
+        """The run's spans; a value the mapper still refuses is left out, naming its column, and a
+        run that cannot be mapped even so is skipped with a warning: never an error that stops the poll."""
+        try:
+            return self._mapper.map_run(run, tools, incomplete=incomplete)
+        except Exception as exc:  # one row must never stop the runs behind it
+            failure = f"{exc.__class__.__name__}: {exc}"
+        for where, run_without, tools_without in _each_value_left_out(run, tools):
+            try:
+                one = self._mapper.map_run(run_without, tools_without, incomplete=incomplete)
+            except Exception:  # the next value left out may be the one
+                continue
+            warnings.append(f"{where} could not be mapped ({failure}); left out")
+            return one
+        log.warning("run %s: cannot be mapped (%s); skipped with its %d tool row(s)", run.run_id, failure, len(tools))
+        self._recorder.spans_dropped(UNMAPPABLE, 1 + len(tools))
+        return None
+
+    def export_late(self, late: Sequence[LateRun]) -> list[LateRun]:
+        """Sends what exported runs add later (``Mapper.map_late``); raises ExportError unless
+        acked. Returns the runs as read by meaning, for the metrics."""
+        read: list[LateRun] = []
+        mapped: list[tuple[str, list]] = []
+        warned = 0
+        for item in late:
+            warnings: list[str] = []
+            run = read_run(item.run, warnings)
+            tools = [read_tool(tool, warnings) for tool in item.tools if tool.id in item.late_ids or item.completed]
+            one = self._mapper.map_late(run, tools, set(item.late_ids), item.completed)
+            for warning in [w for w in warnings if _about(w, item.late_ids)] + one.warnings:
+                log.warning("run %s: %s", run.run_id, warning)
+                warned += 1
+            read.append(LateRun(run, tools, item.late_ids, item.completed))
+            mapped.append((run.run_id, one.spans))
+        self._sender.send(mapped)
+        if warned:
+            self._recorder.row_warnings(warned)
+        return read
 
     def note_status(self, status: str | None) -> None:
         """Counts every run with an unknown status; logs each such value once."""
@@ -68,3 +115,26 @@ class RunExporter:
         if status not in self._unknown_statuses:
             self._unknown_statuses.add(status)
             log.warning("unknown diagnosis_run.status %r: treated as terminal", status)
+
+
+def _about(warning: str, late_ids: frozenset[int]) -> bool:
+    """Whether a reading warning is about the run or a late tool row: the others warned at the export."""
+    if not warning.startswith("tool_invocation "):
+        return True
+    head = warning.split(":", 1)[0].removeprefix("tool_invocation ")
+    return not head.isdigit() or int(head) in late_ids
+
+
+def _each_value_left_out(run: RunRow, tools: list[ToolRow]) -> Iterator[tuple[str, RunRow, list[ToolRow]]]:
+    """The run with one value set to NULL at a time, the run's own columns first: where, run, tools.
+    Only after the mapper refused a run, so its cost is never paid on the way of a good row."""
+    for i, column in enumerate(RunRow._fields[2:], 2):  # id and run_id make the trace
+        if run[i] is not None:
+            nulled: dict[str, Any] = {column: None}
+            yield f"diagnosis_run.{column}", run._replace(**nulled), tools
+    for k, tool in enumerate(tools):
+        for i, column in enumerate(ToolRow._fields[2:], 2):
+            if tool[i] is not None:
+                nulled = {column: None}
+                without = tool._replace(**nulled)
+                yield f"tool_invocation {tool.id}: {column}", run, [*tools[:k], without, *tools[k + 1 :]]

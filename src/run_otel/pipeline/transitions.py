@@ -24,8 +24,8 @@ class Rules:
     settle_seconds: float
     run_timeout_seconds: float
     gap_timeout_seconds: float
-    # False when the source's timestamps cannot be trusted (a wrong source.timezone):
-    # run timeouts then count from when the run was first seen.
+    # False when the source's timestamps cannot be trusted (a wrong source.timezone): run
+    # timeouts, and the settling of runs whose updated_at lies ahead, count from when first seen.
     trust_timestamps: bool = True
 
     @classmethod
@@ -40,6 +40,29 @@ def initial_checkpoint(start_from: str, newest_id: int) -> Checkpoint:
     if start_from == "now":
         return Checkpoint(high_water=newest_id)
     return Checkpoint(high_water=int(start_from) - 1)
+
+
+# With run_timeout_seconds = 0 (wait forever), a first start from "now" takes over the runs in flight of this long.
+IN_FLIGHT_LOOKBACK_SECONDS = 86_400.0
+
+
+def in_flight_since(now: float, rules: Rules) -> float:
+    """How far back a first start from "now" looks for runs in flight: a run older than
+    ``run_timeout_seconds`` would be sent as incomplete anyway, and a backfill sends it."""
+    return now - (rules.run_timeout_seconds or IN_FLIGHT_LOOKBACK_SECONDS)
+
+
+def take_over(checkpoint: Checkpoint, runs: Sequence[RunRow], now: float, rules: Rules, clock: SourceClock) -> int:
+    """Adds the runs below a first start's mark that are still running, or finished but not
+    settled, to the pending runs: the daemon exports them when they finish. Returns how many."""
+    settled_before = now - rules.settle_seconds
+    taken = 0
+    for run in runs:
+        updated = clock.epoch(run.updated_at)
+        if not is_terminal(run.status) or (updated is not None and updated > settled_before):
+            checkpoint.pending[run.id] = now
+            taken += 1
+    return taken
 
 
 def advance(checkpoint: Checkpoint, new_ids: Sequence[int], now: float) -> int:
@@ -95,6 +118,8 @@ def classify(
             continue
         if is_terminal(run.status):
             updated = clock.epoch(run.updated_at)
+            if updated is not None and updated > now and not rules.trust_timestamps:
+                updated = first_seen  # in the future under a wrong source.timezone: settle from when it was seen
             if updated is None or updated <= settled_before:
                 out.to_export.append(run)
             else:

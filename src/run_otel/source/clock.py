@@ -98,7 +98,7 @@ class ZoneFinding:
             )
         return (
             f"source.timezone = {configured!r} looks wrong: {self.evidence}{hint}. "
-            "Until it is fixed, run timeouts count from when run-otel first saw a run"
+            "Until it is fixed, run timeouts, and the settling of runs that look ahead, count from when run-otel first saw a run"
         )
 
 

@@ -8,11 +8,12 @@ it maps, never ``self_evaluation``, and user content only when capture is on.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Sequence
-from datetime import datetime, timedelta
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
-from sqlalchemy import Boolean, Dialect, Engine, Select, func, select, type_coerce
+from sqlalchemy import Boolean, Dialect, Engine, Select, func, select, text, type_coerce
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.expression import Executable
@@ -72,6 +73,11 @@ def _without_processing(statement: Select, dialect: Dialect) -> bool:
     """True when SQLAlchemy would hand every selected value over as the driver returned it,
     so the driver's own tuples are the same rows without building a Row for each."""
     return all(dialect.type_descriptor(c.type).result_processor(dialect, None) is None for c in statement.selected_columns)
+
+
+def _text(value: object) -> str:
+    """A run_id as text: a VARBINARY column hands over bytes."""
+    return value.decode("utf-8", "replace") if isinstance(value, (bytes, bytearray)) else str(value)
 
 
 def _chunks(values: Sequence, size: int) -> Iterator[Sequence]:
@@ -172,6 +178,14 @@ class Source:
         rows = self._fetch(select(func.max(diagnosis_run.c.id)))
         return int(rows[0][0] or 0)
 
+    def next_run_id(self) -> int | None:
+        """The next run's id (AUTO_INCREMENT): a delete leaves it, a restore moves it back. None on SQLite."""
+        if self.engine.dialect.name != "mysql":
+            return None
+        query = "SELECT AUTO_INCREMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = :t"
+        rows = self._fetch(text(query).bindparams(t=diagnosis_run.name))
+        return int(rows[0][0]) if rows and rows[0][0] is not None else None
+
     def runs_after(self, high_water: int, limit: int, until_id: int | None = None) -> list[RunRow]:
         """Up to ``limit`` runs with id above ``high_water`` (and up to ``until_id``), by id."""
         stmt = self._run_select.where(diagnosis_run.c.id > high_water)
@@ -249,6 +263,17 @@ class Source:
         )
         return [FeedbackRow(*row) for row in self._fetch(stmt)]
 
+    def clock_offset(self, clock: Callable[[], float] = time.time) -> float | None:
+        """The database's clock minus ``clock`` (this host's) mid round trip; None on SQLite (the host's clock)."""
+        if self.engine.dialect.name != "mysql":
+            return None
+        before = clock()
+        db_utc = self._fetch(select(func.utc_timestamp(6)))[0][0]
+        after = clock()
+        if not isinstance(db_utc, datetime):
+            return None
+        return db_utc.replace(tzinfo=UTC).timestamp() - (before + after) / 2
+
     def clock_sample(self) -> ClockSample | None:
         """The newest run's times and the database's clocks, for the time-zone check."""
         newest = self._fetch(
@@ -288,7 +313,7 @@ class Source:
 
     def tools_for(self, run_ids: Iterable[str]) -> dict[str, list[ToolRow]]:
         """Tool rows by run_id, in id order: one ``run_id IN (...)`` query per chunk."""
-        wanted = sorted(set(run_ids))
+        wanted = sorted({_text(run_id) for run_id in run_ids})
         by_run: dict[str, list[ToolRow]] = {run_id: [] for run_id in wanted}
         # MySQL's default collations compare case-insensitively, so IN may
         # return 'RUN-A' for 'run-a'; file such rows under the id that was asked.
@@ -299,10 +324,25 @@ class Source:
             )
             for row in self._fetch(stmt, bulk=True):
                 tool = self._tool_row(row)
-                key = tool.run_id if tool.run_id in by_run else folded.get(tool.run_id.casefold())
+                run_id = _text(tool.run_id)
+                key = run_id if run_id in by_run else folded.get(run_id.casefold())
                 if key is not None:
                     by_run[key].append(tool)
         return by_run
+
+    def tool_counts_for(self, run_ids: Iterable[str]) -> dict[str, tuple[int, int]]:
+        """(count, highest id) of each run's tool rows: from idx_tool_invocation_run_id alone, one row a run."""
+        wanted = sorted({_text(run_id) for run_id in run_ids})
+        out: dict[str, tuple[int, int]] = {}
+        asked, folded, c = set(wanted), {run_id.casefold(): run_id for run_id in wanted}, tool_invocation.c
+        for chunk in _chunks(wanted, self._chunk):
+            stmt = select(c.run_id, func.count(), func.max(c.id)).where(c.run_id.in_(chunk)).group_by(c.run_id)
+            for run_id, count, highest in self._fetch(stmt, bulk=True):
+                name = _text(run_id)
+                key = name if name in asked else folded.get(name.casefold())
+                if key is not None:
+                    out[key] = (int(count), int(highest))
+        return out
 
     def close(self) -> None:
         self.engine.dispose()

@@ -11,6 +11,7 @@ that means nothing becomes None and a row warning naming it.
 from __future__ import annotations
 
 from decimal import Decimal
+from operator import itemgetter
 from typing import Any
 
 from .rows import RunRow, ToolRow
@@ -20,6 +21,11 @@ _FALSE = frozenset({"0", "false", "f", "no", "n", "off"})
 _RUN_COUNTS = ("total_duration_ms", "total_token_count", "step_count", "tool_call_count")
 _TOOL_COUNTS = ("step_id", "output_length", "l0_match_count", "l1_match_count", "duration_ms")
 _TOOL_FLAGS = ("success", "is_truncated")
+# Text columns: a BLOB or VARBINARY hands over bytes, which the mapper (compiled: its annotations) refuses.
+_RUN_TEXTS: tuple[str, ...] = ("run_id", "session_id", "status", "agent_flow", "intent", "release_outcome", "feedback")
+_RUN_TEXTS += ("query", "answer", "published_result")
+_TOOL_TEXTS: tuple[str, ...] = ("run_id", "tool_name", "retrieval_layer", "relevance_level", "dedup_reason")
+_TOOL_TEXTS += ("retrieval_details", "error_message", "input_params", "output_preview")
 
 
 class Unreadable(ValueError):
@@ -41,6 +47,24 @@ def as_flag(value: Any) -> bool | None:
     if text in _FALSE:
         return False
     raise Unreadable(value)
+
+
+def as_text(value: Any) -> Any:
+    """Bytes as UTF-8 text, invalid sequences replaced; anything else as it is."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).decode("utf-8", "replace")
+    return value
+
+
+def _texts(row: tuple, values: list | None, positions: tuple[int, ...]) -> list | None:
+    """``values`` with the text columns that arrived as bytes decoded."""
+    for i in positions:
+        value = row[i]
+        if type(value) in _BINARY:
+            if values is None:
+                values = list(row)
+            values[i] = as_text(value)
+    return values
 
 
 def as_count(value: Any) -> int | None:
@@ -65,6 +89,12 @@ def _positions(fields: tuple[str, ...], flags: tuple[str, ...], counts: tuple[st
 
 _RUN_READS = _positions(RunRow._fields, (), _RUN_COUNTS)
 _TOOL_READS = _positions(ToolRow._fields, _TOOL_FLAGS, _TOOL_COUNTS)
+_RUN_TEXT_AT = tuple(RunRow._fields.index(c) for c in _RUN_TEXTS)
+_TOOL_TEXT_AT = tuple(ToolRow._fields.index(c) for c in _TOOL_TEXTS)
+# The text columns' values in one C call: the check for bytes runs on every row.
+_run_texts = itemgetter(*_RUN_TEXT_AT)
+_tool_texts = itemgetter(*_TOOL_TEXT_AT)
+_BINARY = frozenset({bytes, bytearray, memoryview})
 
 
 def _read(row: tuple, table: str, reads: tuple, warnings: list[str]) -> list | None:
@@ -75,6 +105,8 @@ def _read(row: tuple, table: str, reads: tuple, warnings: list[str]) -> list | N
     values: list | None = None
     for i, column, reader in reads:
         value = row[i]
+        if value is None:
+            continue  # NULL means NULL in any type, without a call
         try:
             read = reader(value)
         except Unreadable:
@@ -91,10 +123,14 @@ def _read(row: tuple, table: str, reads: tuple, warnings: list[str]) -> list | N
 def read_run(run: RunRow, warnings: list[str]) -> RunRow:
     """The run with its counts as ints (or None, with a warning)."""
     values = _read(run, "diagnosis_run", _RUN_READS, warnings)
+    if not _BINARY.isdisjoint(map(type, _run_texts(run))):  # a text column drifted to a binary type
+        values = _texts(run, values, _RUN_TEXT_AT)
     return run if values is None else RunRow(*values)
 
 
 def read_tool(tool: ToolRow, warnings: list[str]) -> ToolRow:
     """The tool call with its flags as bools and its counts as ints (or None, with a warning)."""
     values = _read(tool, "tool_invocation", _TOOL_READS, warnings)
+    if not _BINARY.isdisjoint(map(type, _tool_texts(tool))):
+        values = _texts(tool, values, _TOOL_TEXT_AT)
     return tool if values is None else ToolRow(*values)

@@ -80,7 +80,7 @@ FEEDBACK = Instrument(
     "diagnosis.run.feedback",
     COUNTER,
     "{run}",
-    "User feedback on runs, counted once per new or changed value.",
+    "User ratings of the runs the bridge sent, each counted once when first seen; a changed rating is a new one.",
     ("feedback", "intent"),
 )
 
@@ -92,6 +92,28 @@ DROPPED_SPANS = Instrument(
     "{span}",
     "Spans run-otel gave up on after splitting and cutting failed, so the runs behind them could go on.",
     ("reason",),
+)
+LATE_ROWS = Instrument(
+    "run_otel.late.rows",
+    COUNTER,
+    "{row}",
+    "Rows sent into a trace after its first export: tool rows committed late, and the finish of a run sent as incomplete.",
+    ("kind",),
+)
+PENDING_DELETED = Instrument(
+    "run_otel.pending.deleted",
+    COUNTER,
+    "{run}",
+    "Pending runs deleted from the source before they finished, dropped after a re-check.",
+)
+CLOCK_OFFSET = Instrument(
+    "run_otel.source.clock_offset", GAUGE, "s", "The database's clock (UTC_TIMESTAMP()) minus this host's, each poll."
+)
+ZONE_SUSPECT = Instrument(
+    "run_otel.source.timezone_suspect",
+    GAUGE,
+    "{bool}",
+    "1 while the newest rows do not fit source.timezone (run times then count from when a run was seen).",
 )
 EXPORT_FAILURES = Instrument("run_otel.export.failures", COUNTER, "{batch}", "Batches the receiver did not acknowledge.")
 ROW_WARNINGS = Instrument("run_otel.row.warnings", COUNTER, "{warning}", "Bad values in source rows, mapped around.")
@@ -120,6 +142,10 @@ HEALTH_INSTRUMENTS = (
     EXPORTED_SPANS,
     REJECTED_SPANS,
     DROPPED_SPANS,
+    LATE_ROWS,
+    PENDING_DELETED,
+    CLOCK_OFFSET,
+    ZONE_SUSPECT,
     EXPORT_FAILURES,
     ROW_WARNINGS,
     POLL_DURATION,

@@ -28,6 +28,7 @@ from ..config import ExportConfig, FeedbackConfig, MetricsConfig
 from ..mapping import attributes as A
 from ..mapping.span_data import MAX_DURATION_MS, root_span_id_for, tool_span_id_for, trace_id_for
 from ..pipeline.poller import PollResult, Recorder
+from ..pipeline.results import LateRun
 from ..sharding import Shard, shard_name
 from ..source.rows import (
     INTENTS,
@@ -46,6 +47,7 @@ log = logging.getLogger(__name__)
 
 NONE = "none"
 OTHER = "other"
+LATE_KINDS = ("tool", "completion")  # run_otel_late_rows_total's: a tool row after its run's export, a late finish
 
 
 def label(value: object, known: frozenset | None = None) -> str:
@@ -84,7 +86,6 @@ class BridgeMetrics(Recorder):
         meter = self.provider.get_meter("run_otel", __version__)
         self._settle = settle_seconds
         self._feedback = feedback
-        self._count_feedback = feedback.enabled
         self._shard = shard_name(shard)
         self._i: dict[str, Any] = {}
         factories: dict[str, Callable[..., Any]] = {
@@ -101,6 +102,7 @@ class BridgeMetrics(Recorder):
         # An HA standby does not poll; it is ready while it can reach the lease.
         self.standby = False
         self.checkpoint_ahead_runs = 0
+        self.zone_message: str | None = None  # why source.timezone looks wrong, while it does
         self._get(I.START_TIME).set(time.time())
         self._get(I.STANDBY).set(0)
         self._zero_run_counters()
@@ -114,7 +116,10 @@ class BridgeMetrics(Recorder):
         self._get(I.EXPORT_FAILURES).add(0)
         self._get(I.REJECTED_SPANS).add(0)
         self._get(I.ROW_WARNINGS).add(0)
+        self._get(I.PENDING_DELETED).add(0)
         self._get(I.DROPPED_SPANS).add(0, I.DROPPED_SPANS.labelled("too_large"))
+        for kind in LATE_KINDS:
+            self._get(I.LATE_ROWS).add(0, I.LATE_ROWS.labelled(kind))
         # 0 until the poller finds the source behind the checkpoint: the panel reads 0, not "No data".
         self._get(I.CHECKPOINT_AHEAD).set(0, I.CHECKPOINT_AHEAD.labelled(self._shard))
 
@@ -139,9 +144,6 @@ class BridgeMetrics(Recorder):
                 seconds, labels = run.total_duration_ms / 1000, I.RUN_DURATION.labelled(status, intent)
                 self._get(I.RUN_DURATION).record(seconds, labels, context=context)
                 self._exemplars.record(I.RUN_DURATION, labels, trace_id, root_id, seconds)
-            if run.feedback is not None and self._count_feedback:
-                # Exported with its rating: counted here, once; later changes count in feedback_sent.
-                self._get(I.FEEDBACK).add(1, I.FEEDBACK.labelled(self._feedback.label_of(run.feedback) or OTHER, intent))
             if run.total_token_count:
                 self._get(I.RUN_TOKENS).add(max(run.total_token_count, 0), I.RUN_TOKENS.labelled(intent))
             for tool in exported.tools:
@@ -179,6 +181,27 @@ class BridgeMetrics(Recorder):
         for row in rows:
             feedback = self._feedback.label_of(row.feedback) or OTHER
             self._get(I.FEEDBACK).add(1, I.FEEDBACK.labelled(feedback, label(row.intent, INTENTS)))
+
+    def late_sent(self, runs: Sequence[LateRun]) -> None:
+        """Late tool rows count as tool invocations too: they were not counted at the run's export."""
+        for item in runs:
+            trace_id = trace_id_for(item.run.run_id)
+            for tool in item.late_tools:
+                self._record_tool(tool, trace_id, tool_span_id_for(item.run.run_id, tool.id))
+            if item.late_ids:
+                self._get(I.LATE_ROWS).add(len(item.late_ids), I.LATE_ROWS.labelled("tool"))
+            if item.completed:
+                self._get(I.LATE_ROWS).add(1, I.LATE_ROWS.labelled("completion"))
+
+    def clock_offset(self, seconds: float) -> None:
+        self._get(I.CLOCK_OFFSET).set(seconds)
+
+    def zone_suspect(self, message: str | None) -> None:
+        self.zone_message = message
+        self._get(I.ZONE_SUSPECT).set(1 if message else 0)
+
+    def pending_deleted(self, count: int) -> None:
+        self._get(I.PENDING_DELETED).add(count)
 
     def spans_dropped(self, reason: str, count: int) -> None:
         self._get(I.DROPPED_SPANS).add(count, I.DROPPED_SPANS.labelled(reason))
@@ -282,6 +305,8 @@ def readiness(metrics: BridgeMetrics, interval: float, clock: Callable[[], float
             return True, "ready: standby, another instance holds the lease"
         if metrics.checkpoint_ahead_runs:
             return False, f"not ready: the checkpoint is {metrics.checkpoint_ahead_runs} run ids ahead of the source; see the log"
+        if metrics.zone_message:
+            return False, f"not ready: {metrics.zone_message}"
         if not metrics.last_poll_ok:
             return False, "not ready: the last poll failed or none has finished yet"
         age = clock() - metrics.last_success
