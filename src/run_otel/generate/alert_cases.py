@@ -7,6 +7,11 @@ so an SRE who changes a threshold runs ``promtool test rules alerts_test.yml`` w
 
 from __future__ import annotations
 
+from .slo_cases import SLO_ALERT, slo_annotations, slo_scenarios
+from .stack import Stack
+
+DEFAULT = Stack()
+
 # Every series carries the labels Prometheus adds to run-otel's scrape; the rules select on job.
 RUNS = 'diagnosis_runs_total{{job="run-otel",instance="a:9464",status="{status}",intent="DIAGNOSIS",release_outcome="{status}"}}'
 LABELS = '{}{{job="run-otel",instance="{}"}}'
@@ -256,22 +261,62 @@ SCENARIOS = [
 ]
 
 
-def promtool_tests(rules: dict, rule_file: str = "alerts.yml") -> dict:
+# The alerts whose scenarios hold for the built-in thresholds, and the thresholds each depends on.
+DEPENDS_ON = {
+    "DiagnosisRunFailureRateHigh": {"run_failure_ratio", "min_runs"},
+    "DiagnosisRunFallbackRateHigh": {"run_fallback_ratio", "min_runs"},
+    "DiagnosisToolErrorRateHigh": {"tool_error_ratio", "min_tool_calls"},
+    "DiagnosisNegativeFeedbackHigh": {"negative_feedback_ratio", "min_feedback"},
+    "RunOtelExportStalled": {"stall_seconds"},
+    "RunOtelBacklogGrowing": {"backlog_runs"},
+    "DiagnosisRunsStuckPending": {"pending_runs"},
+}
+
+
+def untested(stack: Stack) -> list[str]:
+    """The alerts whose built-in scenarios no longer fit the stack's thresholds or feedback labels."""
+    changed = stack.changed_thresholds()
+    found = {alert for alert, names in DEPENDS_ON.items() if names & changed}
+    if tuple(stack.negative[:1]) != ("DOWN",):
+        found.add("DiagnosisNegativeFeedbackHigh")  # its scenarios rate with UP and DOWN
+    return sorted(found)
+
+
+def _for_job(value: object, job: str) -> object:
+    """A scenario's series and labels with the stack's scrape job for the shipped one."""
+    if isinstance(value, str):
+        return value.replace('job="run-otel"', f'job="{job}"')
+    if isinstance(value, dict):
+        return {k: (job if k == "job" and v == "run-otel" else _for_job(v, job)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_for_job(v, job) for v in value]
+    return value
+
+
+def promtool_tests(rules: dict, stack: Stack = DEFAULT, rule_file: str = "alerts.yml") -> dict:
     """The promtool test document for ``rules`` (as :func:`run_otel.generate.alerts.rules` returns them)."""
-    annotations = {r["alert"]: r["annotations"] for g in rules["groups"] for r in g["rules"]}
+    annotations = {r["alert"]: r["annotations"] for g in rules["groups"] for r in g["rules"] if "alert" in r}
+    skipped = set(untested(stack))
     tests = []
-    for alert, case, series, at, expected in SCENARIOS:
+    for alert, case, series, at, expected in [*SCENARIOS, *slo_scenarios(stack)]:
+        if alert in skipped:
+            continue
         exp = []
         for labels, summary in expected:
             # The links and the description as the rule has them; only the summary is checked rendered.
             fixed = {k: v.replace("{{ $labels.tool_name }}", labels.get("tool_name", "")) for k, v in annotations[alert].items()}
+            if alert == SLO_ALERT:
+                fixed = slo_annotations(rules, labels["severity"])
             exp.append({"exp_labels": labels, "exp_annotations": {**fixed, "summary": summary}})
         tests.append(
-            {
-                "name": f"{alert}: {case}",
-                "interval": "1m",
-                "input_series": series,
-                "alert_rule_test": [{"eval_time": at, "alertname": alert, "exp_alerts": exp}],
-            }
+            _for_job(
+                {
+                    "name": f"{alert}: {case}",
+                    "interval": "1m",
+                    "input_series": series,
+                    "alert_rule_test": [{"eval_time": at, "alertname": alert, "exp_alerts": exp}],
+                },
+                stack.job,
+            )
         )
     return {"rule_files": [rule_file], "evaluation_interval": "1m", "tests": tests}
