@@ -108,6 +108,7 @@ def test_the_tests_it_writes_pass_promtool_with_the_job_and_objective_changed(tm
     assert result.exit_code == 0, result.output
     tests = (out / "prometheus/alerts_test.yml").read_text()
     assert "# Not tested here: the built-in cases of DiagnosisRunFailureRateHigh, RunOtelExportStalled" in tests
+    assert "DiagnosisRunErrorBudgetBurn" not in tests.partition("\n\n")[0].splitlines()[2]
     names = [t["name"] for t in yaml.safe_load(tests)["tests"]]
     assert any(n.startswith("DiagnosisRunErrorBudgetBurn: fast burn pages") for n in names)
     assert not any(n.startswith("DiagnosisRunFailureRateHigh") for n in names)
@@ -140,6 +141,12 @@ def test_a_threshold_table_keeps_the_thresholds_it_does_not_name():
     config = build_config({"generate": {"thresholds": {"pending_runs": 250}}})
     assert config.generate.thresholds["pending_runs"] == 250 and isinstance(config.generate.thresholds["pending_runs"], int)
     assert config.generate.thresholds["run_failure_ratio"] == 0.1
+
+
+def test_another_objective_names_the_burn_alert_as_untested():
+    config = build_config({"slo": {"objective": 0.99}})
+    header = artifacts(stack_of(config.generate, config.slo, config.feedback))["prometheus/alerts_test.yml"].splitlines()[2]
+    assert header.startswith("# Not tested here:") and "DiagnosisRunErrorBudgetBurn" in header
 
 
 def test_an_objective_too_loose_for_the_fast_burn_is_warned_about():

@@ -279,6 +279,8 @@ def untested(stack: Stack) -> list[str]:
     found = {alert for alert, names in DEPENDS_ON.items() if names & changed}
     if tuple(stack.negative[:1]) != ("DOWN",):
         found.add("DiagnosisNegativeFeedbackHigh")  # its scenarios rate with UP and DOWN
+    if not slo_scenarios(stack):
+        found.add(SLO_ALERT)  # its cases sit on the default objective's budget
     return sorted(found)
 
 
