@@ -32,7 +32,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from ..config import Config
+from ..config import ExportConfig
 
 log = logging.getLogger(__name__)
 
@@ -149,11 +149,11 @@ class GrpcSink:
     # A subclass sends another signal's requests (logrecords.py).
     METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 
-    def __init__(self, config: Config):
-        endpoint = config.export_endpoint()
+    def __init__(self, config: ExportConfig):
+        endpoint = config.resolved_endpoint()
         parsed = urlparse(endpoint if "://" in endpoint else f"//{endpoint}")
         self._target = parsed.netloc or endpoint
-        secure = parsed.scheme == "https" or (parsed.scheme == "" and not config.export.insecure)
+        secure = parsed.scheme == "https" or (parsed.scheme == "" and not config.insecure)
         options = [("grpc.max_send_message_length", 64 * 1024 * 1024)]
         self._channel = (
             grpc.secure_channel(self._target, grpc.ssl_channel_credentials(), options=options)
@@ -166,10 +166,10 @@ class GrpcSink:
             request_serializer=None,
             response_deserializer=ExportTraceServiceResponse.FromString,
         )
-        self._metadata = tuple((k.lower(), v) for k, v in config.export.headers.items())
-        self._timeout = config.export.timeout_seconds
-        self._attempts = config.export.max_attempts
-        self._compression = grpc.Compression.Gzip if config.export.compression == "gzip" else grpc.Compression.NoCompression
+        self._metadata = tuple((k.lower(), v) for k, v in config.headers.items())
+        self._timeout = config.timeout_seconds
+        self._attempts = config.max_attempts
+        self._compression = grpc.Compression.Gzip if config.compression == "gzip" else grpc.Compression.NoCompression
 
     def describe(self) -> str:
         return f"OTLP/gRPC {self._target}"
@@ -196,19 +196,19 @@ class GrpcSink:
 class HttpSink:
     PATH = "/v1/traces"
 
-    def __init__(self, config: Config):
-        endpoint = config.export_endpoint().rstrip("/").removesuffix("/v1/traces")
+    def __init__(self, config: ExportConfig):
+        endpoint = config.resolved_endpoint().rstrip("/").removesuffix("/v1/traces")
         self._url = f"{endpoint}{self.PATH}"
         import requests  # here: a gRPC export never loads it
 
         self._requests = requests
         self._session = requests.Session()
-        self._headers = {"Content-Type": "application/x-protobuf", **config.export.headers}
-        self._gzip = config.export.compression == "gzip"
+        self._headers = {"Content-Type": "application/x-protobuf", **config.headers}
+        self._gzip = config.compression == "gzip"
         if self._gzip:
             self._headers["Content-Encoding"] = "gzip"
-        self._timeout = config.export.timeout_seconds
-        self._attempts = config.export.max_attempts
+        self._timeout = config.timeout_seconds
+        self._attempts = config.max_attempts
 
     def describe(self) -> str:
         return f"OTLP/HTTP {self._url}"
@@ -279,7 +279,7 @@ def otlp_json(request: ExportTraceServiceRequest) -> str:
     return json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
 
 
-def build_sink(config: Config) -> GrpcSink | HttpSink:
-    if config.export.protocol == "http/protobuf":
+def build_sink(config: ExportConfig) -> GrpcSink | HttpSink:
+    if config.protocol == "http/protobuf":
         return HttpSink(config)
     return GrpcSink(config)
