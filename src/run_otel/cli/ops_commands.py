@@ -184,18 +184,18 @@ def generate(config_path: Path | None, directory: Path) -> None:
     runbook.md; files already there are replaced. Needs the generate extra:
     pip install 'run-otel[generate]'.
     """
+    from ..ops.operations import generate_files
+
     config = load(config_path, demo=True)
-    try:
-        from ..generate.artifacts import write
-        from ..generate.stack import stack_of, warnings
-    except ImportError as exc:
-        fail(f"generate needs {exc.name}: pip install 'run-otel[generate]'", EXIT_FAILED)
-    stack = stack_of(config.generate, config.slo, config.feedback)
 
     def body() -> None:
-        for path in write(directory, stack):
+        try:
+            written, warnings = generate_files(config, directory)
+        except ImportError as exc:
+            fail(f"generate needs {exc.name}: pip install 'run-otel[generate]'", EXIT_FAILED)
+        for path in written:
             click.echo(f"wrote {path}")
-        for line in warnings(stack):
+        for line in warnings:
             click.echo(f"warning: {line}", err=True)
 
     guarded(body)
