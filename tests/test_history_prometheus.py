@@ -52,7 +52,7 @@ def backfill_into_prometheus(agent_db, receiver, tmp_path, since, until, step: i
         timeout=600,
     )
     assert done.returncode == 0, done.stderr
-    assert f"to {history}" in done.stdout, done.stdout
+    assert f"in {history}" in done.stdout, done.stdout
     assert history.read_text().count(" # {trace_id=") > 0  # exemplars, which the import must take
     prometheus = Prometheus(
         tmp_path,

@@ -231,7 +231,34 @@ def test_a_run_that_finished_after_the_window_counts_in_the_last_sample():
 
 
 def test_the_window_and_step_are_checked():
-    with pytest.raises(ValueError, match="--until must be after --since"):
+    with pytest.raises(ValueError, match="the metrics window is empty"):
         Grid.covering(100.0, 100.0, 60)
     with pytest.raises(ValueError, match="at least 1 second"):
         Grid.covering(0.0, 100.0, 0)
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--from-id", "1"], "--metrics-out needs --since"),
+        (["--since", "1d", "--workers", "2"], "use --workers 1"),
+        (["--since", "1d", "--metrics-step", "0"], "0 is not in the range x>=1"),
+    ],
+)
+def test_metrics_out_refuses_what_it_cannot_write_before_it_backfills(tmp_path, args, says):
+    from click.testing import CliRunner
+
+    from run_otel.cli.main import cli
+
+    result = CliRunner().invoke(cli, ["backfill", "--metrics-out", str(tmp_path / "h.om"), *args])
+    assert result.exit_code == 2 and says in result.output, result.output
+
+
+def test_metrics_out_into_a_missing_folder_fails_before_the_backfill(tmp_path):
+    from click.testing import CliRunner
+
+    from run_otel.cli.main import cli
+
+    target = tmp_path / "missing" / "h.om"
+    result = CliRunner().invoke(cli, ["backfill", "--since", "1d", "--metrics-out", str(target)])
+    assert result.exit_code == 2 and f"the folder {target.parent} does not exist" in result.output, result.output

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -60,11 +61,22 @@ def metrics_out_options(command: Callable[..., Any]) -> Callable[..., Any]:
         from ..ops.metrics_history import MetricsRequest
 
         request = MetricsRequest(metrics_out, metrics_step, metrics_job, metrics_instance) if metrics_out else None
+        if metrics_out:
+            _check_writable(metrics_out)
         return command(*args, metrics_out=request, **kw)
 
     for option in reversed(_OPTIONS):
         wrapper = option(wrapper)
     return wrapper
+
+
+def _check_writable(path: Path) -> None:
+    """Before the backfill, not after an hour of it: the file's folder must exist and take files."""
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        fail(f"--metrics-out {path}: the folder {folder} does not exist", EXIT_USAGE)
+    if not os.access(folder, os.W_OK):
+        fail(f"--metrics-out {path}: the folder {folder} is not writable", EXIT_USAGE)
 
 
 def backfill_and_report(

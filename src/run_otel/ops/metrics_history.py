@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from ..config import FeedbackConfig
@@ -66,15 +67,17 @@ def start_history(
 class Written:
     path: Path
     series: int
-    samples_per_series: int
+    grid: Grid
     bytes: int
     seconds: float
 
     def describe(self) -> str:
-        size = f"{self.bytes / 1e6:,.1f} MB"
+        first, last = (datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S") for t in (self.grid.first, self.grid.last))
         return (
-            f"metrics: {self.series} series x {self.samples_per_series} samples ({size}) in {self.seconds:.1f}s "
-            f"to {self.path}; import: promtool tsdb create-blocks-from openmetrics {self.path} DIR"
+            f"metrics: {self.series} series x {self.grid.steps + 1} samples, {first} to {last} UTC "
+            f"({self.bytes / 1e6:,.1f} MB, {self.seconds:.1f}s) in {self.path}\n"
+            f"metrics: the daemon's own samples for these job and instance labels must start after {last} UTC; "
+            f"import: promtool tsdb create-blocks-from openmetrics {self.path} DIR (docs/operations.md#metrics-history)"
         )
 
 
@@ -87,4 +90,4 @@ def write_history(history: MetricsHistory, request: MetricsRequest, progress: Pr
         with partial.open("w", encoding="utf-8", buffering=1 << 20) as out:
             series = write_openmetrics(history, out, request.job, request.instance, lambda done: advance(done, "series"))
         os.replace(partial, request.path)
-    return Written(request.path, series, history.grid.steps + 1, request.path.stat().st_size, time.monotonic() - started)
+    return Written(request.path, series, history.grid, request.path.stat().st_size, time.monotonic() - started)

@@ -38,7 +38,7 @@ class Grid:
         if step < 1:
             raise ValueError(f"--metrics-step must be at least 1 second, got {step}")
         if end <= start:
-            raise ValueError("the metrics window is empty: --until must be after --since")
+            raise ValueError("the metrics window is empty: it ends (--until, or now) before it starts (--since)")
         first = math.floor(start / step) * step
         return cls(first, step, max(math.ceil((end - first) / step), 1))
 
