@@ -241,7 +241,7 @@ def test_the_window_and_step_are_checked():
     ("args", "says"),
     [
         (["--from-id", "1"], "--metrics-out needs --since"),
-        (["--since", "1d", "--workers", "2"], "use --workers 1"),
+        (["--since", "1d", "--workers", "2"], "--metrics-out counts the runs in one process: use it with --workers 1"),
         (["--since", "1d", "--metrics-step", "0"], "0 is not in the range x>=1"),
     ],
 )

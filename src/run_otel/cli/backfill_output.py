@@ -86,12 +86,13 @@ def backfill_and_report(
 
     from ..ops.backfill_job import run_backfill
     from ..pipeline.backfill import where_to_find
+    from ..telemetry.history import HistoryWindowError
     from .render import progress_task, trace_links
 
     console = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
         outcome = run_backfill(config, window, ids, with_metrics, progress_task(console), workers, metrics_out)
-    except ValueError as exc:  # the metrics window or step
+    except HistoryWindowError as exc:
         fail(str(exc), EXIT_USAGE)
     total = outcome.total
     click.echo(f"backfilled {total.run_count} runs ({total.spans} spans) {window.describe()} in {outcome.seconds:.1f}s")

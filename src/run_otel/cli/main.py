@@ -157,8 +157,9 @@ def backfill(
         raise click.UsageError("give --since, --from-id or --full-scan")
     if since and until and until <= since:
         raise click.UsageError(f"--until ({until}) must be after --since ({since})")
-    if (with_metrics or metrics_out) and workers > 1:
-        raise click.UsageError("--with-metrics and --metrics-out count the runs in one process: use --workers 1")
+    for flag, given in (("--with-metrics", with_metrics), ("--metrics-out", metrics_out)):
+        if given and workers > 1:
+            raise click.UsageError(f"{flag} counts the runs in one process: use it with --workers 1")
     if metrics_out and since is None:
         raise click.UsageError("--metrics-out needs --since: the history starts there")
     if from_id and to_id and to_id < from_id:

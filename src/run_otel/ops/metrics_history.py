@@ -17,7 +17,7 @@ from ..pipeline.backfill import Window
 from ..source.clock import SourceClock
 from ..source.rows import RunRow
 from ..telemetry import instruments as I
-from ..telemetry.history import Grid, MetricsHistory
+from ..telemetry.history import Grid, HistoryWindowError, MetricsHistory
 from ..telemetry.openmetrics import write_openmetrics
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ def start_history(
 ) -> MetricsHistory:
     """The recorder a backfill feeds; the window's bounds are the first and last samples."""
     if window.since is None:
-        raise ValueError("--metrics-out needs --since: the history starts there")
+        raise HistoryWindowError("--metrics-out needs --since: the history starts there")
     start = clock.epoch(window.since)
     end = clock.epoch(window.until) if window.until else (time.time() if now is None else now)
     assert start is not None and end is not None  # the window's bounds are datetimes

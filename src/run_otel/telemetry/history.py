@@ -22,6 +22,10 @@ from .measurements import FeedbackLabel, Measurement, run_measurements, zero_ser
 SeriesKey = tuple[str, tuple[str, ...]]  # (instrument name, label values)
 
 
+class HistoryWindowError(ValueError):
+    """The history's window or step cannot make a single sample."""
+
+
 @dataclass(frozen=True)
 class Grid:
     """The scrape times: ``first`` (a multiple of ``step``) and every ``step`` seconds up to ``last``.
@@ -36,9 +40,9 @@ class Grid:
     @classmethod
     def covering(cls, start: float, end: float, step: int) -> Grid:
         if step < 1:
-            raise ValueError(f"--metrics-step must be at least 1 second, got {step}")
+            raise HistoryWindowError(f"--metrics-step must be at least 1 second, got {step}")
         if end <= start:
-            raise ValueError("the metrics window is empty: it ends (--until, or now) before it starts (--since)")
+            raise HistoryWindowError("the metrics window is empty: it ends (--until, or now) before it starts (--since)")
         first = math.floor(start / step) * step
         return cls(first, step, max(math.ceil((end - first) / step), 1))
 
