@@ -7,6 +7,7 @@ import io
 import re
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from prometheus_client.openmetrics.exposition import generate_latest
@@ -262,3 +263,15 @@ def test_metrics_out_into_a_missing_folder_fails_before_the_backfill(tmp_path):
     target = tmp_path / "missing" / "h.om"
     result = CliRunner().invoke(cli, ["backfill", "--since", "1d", "--metrics-out", str(target)])
     assert result.exit_code == 2 and f"the folder {target.parent} does not exist" in result.output, result.output
+
+
+def test_the_default_job_and_instance_are_the_shipped_scrapes():
+    import yaml
+
+    from run_otel.cli.main import backfill
+
+    config = yaml.safe_load((Path(__file__).parent.parent / "config/prometheus/prometheus.yml").read_text())
+    (scrape,) = config["scrape_configs"]
+    defaults = {p.name: p.default for p in backfill.params}
+    assert defaults["metrics_job"] == scrape["job_name"] == I.JOB
+    assert defaults["metrics_instance"] == scrape["static_configs"][0]["targets"][0] == I.INSTANCE
