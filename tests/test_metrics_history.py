@@ -275,3 +275,34 @@ def test_the_default_job_and_instance_are_the_shipped_scrapes():
     defaults = {p.name: p.default for p in backfill.params}
     assert defaults["metrics_job"] == scrape["job_name"] == I.JOB
     assert defaults["metrics_instance"] == scrape["static_configs"][0]["targets"][0] == I.INSTANCE
+
+
+def test_a_history_that_cannot_be_written_leaves_no_part_of_itself(tmp_path):
+    from contextlib import contextmanager
+
+    from run_otel.ops.metrics_history import MetricsRequest, write_history
+
+    @contextmanager
+    def progress(_label, _total):
+        yield lambda _done, _detail: None
+
+    history, _text = history_of(exported_runs(40))
+    folder = tmp_path / "out"
+    folder.mkdir()
+    request = MetricsRequest(folder / "h.om")
+    written = write_history(history, request, progress)
+    assert written.path.read_text().endswith("# EOF\n") and written.series == history.series_count()
+    # A file size limit makes the write fail half way, as a full disk does.
+    import resource
+    import signal
+
+    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (written.bytes // 2, limits[1]))
+    try:
+        with pytest.raises(OSError, match="File too large"):
+            write_history(history, MetricsRequest(folder / "again.om"), progress)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+        signal.signal(signal.SIGXFSZ, previous)
+    assert sorted(p.name for p in folder.iterdir()) == ["h.om"]

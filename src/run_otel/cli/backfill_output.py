@@ -105,7 +105,7 @@ def backfill_and_report(
         click.echo(outcome.metrics.describe())
     if outcome.warning:
         console.print(f"[bold red]WARNING:[/] {outcome.warning}")
+    if outcome.metrics_note:
+        console.print(outcome.metrics_note)
     if outcome.failure:
-        if metrics_out:
-            console.print(f"metrics: not written to {metrics_out.path}: the history of part of the window would read as a drop")
         fail(outcome.failure)

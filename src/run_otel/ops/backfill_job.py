@@ -39,6 +39,7 @@ class BackfillOutcome:
     warning: str | None = None  # ids may be out of created_at order: runs may have been missed
     failure: str | None = None  # why it stopped early, with the resume line
     metrics: Written | None = None  # the --metrics-out file, when the backfill finished
+    metrics_note: str | None = None  # why there is none
 
     def add(self, result: PollResult, cursor: int) -> None:
         self.read_to = cursor
@@ -102,9 +103,17 @@ def run_backfill(
         outcome.failure = f"{error}; stopped after run id {outcome.read_to}: {resume}"
     elif backfill.stop_requested.is_set() and outcome.read_to < ids_plan.last_id:
         outcome.failure = f"stopped by SIGTERM after run id {outcome.read_to}: {resume}"
+    if metrics_out is not None and outcome.failure is not None:
+        outcome.metrics_note = f"metrics: not written to {metrics_out.path}: a history of part of the window reads as a drop"
     if history is not None and metrics_out is not None and outcome.failure is None:
         # A history of part of the window would read as a drop in traffic: only a finished backfill writes one.
-        outcome.metrics = write_history(history, metrics_out, progress)
+        try:
+            outcome.metrics = write_history(history, metrics_out, progress)
+        except OSError as exc:  # a full disk, say: the traces are sent, only the file is missing
+            outcome.failure = (
+                f"the runs were sent, but the metrics history could not be written to {metrics_out.path} "
+                f"({exc.strerror}); run the backfill again to write it"
+            )
     return outcome
 
 

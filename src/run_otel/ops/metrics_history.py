@@ -87,7 +87,11 @@ def write_history(history: MetricsHistory, request: MetricsRequest, progress: Pr
     partial = request.path.with_name(request.path.name + ".partial")
     total = history.series_count()
     with progress(f"metrics history, {history.grid.steps + 1} steps", total) as advance:
-        with partial.open("w", encoding="utf-8", buffering=1 << 20) as out:
-            series = write_openmetrics(history, out, request.job, request.instance, lambda done: advance(done, "series"))
-        os.replace(partial, request.path)
+        try:
+            with partial.open("w", encoding="utf-8", buffering=1 << 20) as out:
+                series = write_openmetrics(history, out, request.job, request.instance, lambda done: advance(done, "series"))
+            os.replace(partial, request.path)
+        except OSError:
+            partial.unlink(missing_ok=True)  # half a history would import as a drop in traffic
+            raise
     return Written(request.path, series, history.grid, request.path.stat().st_size, time.monotonic() - started)
