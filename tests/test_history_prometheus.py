@@ -128,6 +128,7 @@ def compare_counts(agent_db, prometheus: Prometheus, start: datetime, end: datet
         expected = sql_counts(agent_db, sql, start, end)
         assert expected, sql  # rows in the window: a count of nothing would prove nothing
         assert increase(prometheus, expr, start, end) == expected, expr
+        print(f"{start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M} | {expr} | SQL and Prometheus: {expected}")
 
 
 def test_a_backfilled_day_at_the_default_step_counts_what_sql_counts(agent_db, receiver, tmp_path):
