@@ -136,3 +136,5 @@ ALL = RUN_INSTRUMENTS + HEALTH_INSTRUMENTS
 
 # Prometheus job name used by the shipped scrape config, alerts and dashboards.
 JOB = "run-otel"
+# The instance label the shipped scrape config gives the daemon (its target).
+INSTANCE = "run-otel:9464"
