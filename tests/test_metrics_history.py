@@ -13,7 +13,8 @@ import pytest
 from prometheus_client.openmetrics.exposition import generate_latest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
-from run_otel.config import FeedbackConfig, build_config
+from run_otel.config import FeedbackConfig, GenerateConfig, build_config
+from run_otel.factory import build_metrics
 from run_otel.mapping.span_data import trace_id_for
 from run_otel.ops.demo import generate
 from run_otel.pipeline.results import ExportedRun, PollResult
@@ -21,7 +22,6 @@ from run_otel.source.clock import SourceClock
 from run_otel.source.rows import INTENTS, RELEVANCE_LEVELS, RETRIEVAL_LAYERS, TERMINAL_STATUSES, RunRow, ToolRow
 from run_otel.telemetry import instruments as I
 from run_otel.telemetry.history import Grid, MetricsHistory
-from run_otel.telemetry.metrics import build_metrics
 from run_otel.telemetry.openmetrics import write_openmetrics
 
 SINCE = datetime(2026, 11, 1)
@@ -273,8 +273,47 @@ def test_the_default_job_and_instance_are_the_shipped_scrapes():
     config = yaml.safe_load((Path(__file__).parent.parent / "config/prometheus/prometheus.yml").read_text())
     (scrape,) = config["scrape_configs"]
     defaults = {p.name: p.default for p in backfill.params}
-    assert defaults["metrics_job"] == scrape["job_name"] == I.JOB
+    # No --metrics-job: the [generate] section's job, whose default is the shipped scrape's.
+    assert defaults["metrics_job"] is None
+    assert GenerateConfig().job == scrape["job_name"] == I.JOB
     assert defaults["metrics_instance"] == scrape["static_configs"][0]["targets"][0] == I.INSTANCE
+
+
+def _agent_db_with_runs(path: Path, hours: float = 2) -> datetime:
+    """A SQLite agent database with a demo workload over the last ``hours``; returns the window's start."""
+    from sqlalchemy.engine import make_url
+
+    from run_otel.ops.demo import insert_workload
+    from run_otel.source.engine import make_engine
+
+    now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
+    engine = make_engine(make_url(f"sqlite:///{path}"))
+    insert_workload(engine, generate(5, 30, now - timedelta(minutes=5), span_seconds=hours * 3600 - 600), create=True)
+    engine.dispose()
+    return now - timedelta(hours=hours)
+
+
+@pytest.mark.parametrize(("job_flag", "job"), [((), "agents-prod"), (("--metrics-job", "by-hand"), "by-hand")])
+def test_the_history_takes_the_generate_job_the_rules_select_on(tmp_path, receiver, job_flag, job):
+    """Imported series the generated rules and dashboards would not select are no history at all."""
+    from click.testing import CliRunner
+
+    from run_otel.cli.main import cli
+
+    since = _agent_db_with_runs(tmp_path / "agent.db")
+    (tmp_path / "run-otel.toml").write_text(
+        f'[source]\nurl = "sqlite:///{tmp_path / "agent.db"}"\n'
+        f'[state]\nurl = "sqlite:///{tmp_path / "state.db"}"\n'
+        f'[export]\nendpoint = "{receiver.endpoint}"\n'
+        '[generate]\njob = "agents-prod"\n'
+    )
+    out = tmp_path / "h.om"
+    args = ["backfill", "--config", str(tmp_path / "run-otel.toml"), "--since", f"{since:%Y-%m-%d %H:%M:%S}"]
+    result = CliRunner().invoke(cli, [*args, "--metrics-out", str(out), *job_flag])
+    assert result.exit_code == 0, result.output
+    text = out.read_text()
+    assert f'job="{job}"' in text and "diagnosis_runs_total{" in text
+    assert {m for m in re.findall(r'job="([^"]*)"', text)} == {job}
 
 
 def test_a_history_that_cannot_be_written_leaves_no_part_of_itself(tmp_path):

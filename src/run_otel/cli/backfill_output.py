@@ -37,9 +37,9 @@ _OPTIONS = (
     ),
     click.option(
         "--metrics-job",
-        default=I.JOB,
-        show_default=True,
-        help="The job label the shipped Prometheus config's scrape gives the daemon.",
+        default=None,
+        help="The job label the daemon's scrape gives it. Default: [generate] job (run-otel), which the "
+        "generated rules and dashboards select on and the shipped Prometheus config's scrape sets.",
     ),
     click.option(
         "--metrics-instance",
@@ -56,7 +56,7 @@ def metrics_out_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(command)
     def wrapper(
-        *args: Any, metrics_out: Path | None, metrics_step: int, metrics_job: str, metrics_instance: str, **kw: Any
+        *args: Any, metrics_out: Path | None, metrics_step: int, metrics_job: str | None, metrics_instance: str, **kw: Any
     ) -> Any:
         from ..ops.metrics_history import MetricsRequest
 
