@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from conftest import bridge_sections, run_cli, utc_now_naive, write_config
-from helpers import filled, panels
+from helpers import bridge_sections, filled, panels, run_cli, utc_now_naive, write_config
 from servers import Prometheus, free_port, promtool
 
 from run_otel.ops.demo import generate, insert_workload
