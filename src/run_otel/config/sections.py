@@ -239,8 +239,10 @@ DEFAULT_THRESHOLDS: dict[str, float] = {
     # share of ratings that are negative over an hour, with at least min_feedback ratings in it
     "negative_feedback_ratio": 0.30,
     "min_feedback": 10,
-    # runs waiting to finish
+    # runs waiting to finish: the health dashboard's red line
     "pending_runs": 100,
+    # seconds the longest-waiting run may stay pending before DiagnosisRunsStuckPending fires
+    "stuck_seconds": 1800,
 }
 
 

@@ -21,7 +21,8 @@ TOOLS = (
     'relevance_level="PRECISE",success="{ok}"}}'
 )
 FEEDBACK = 'diagnosis_run_feedback_total{{job="run-otel",instance="a:9464",feedback="{label}",intent="DIAGNOSIS"}}'
-PENDING = 'run_otel_pending_runs{job="run-otel",instance="a:9464"}'
+OLDEST = 'run_otel_pending_oldest_age_seconds{job="run-otel",instance="a:9464"}'
+INCOMPLETE = 'run_otel_incomplete_runs_total{job="run-otel",instance="a:9464"}'
 REJECTED = 'run_otel_rejected_spans_total{job="run-otel",instance="a:9464"}'
 DROPPED = 'run_otel_dropped_spans_total{job="run-otel",instance="a:9464",reason="too_large"}'
 AHEAD = 'run_otel_checkpoint_ahead{{job="run-otel",instance="a:9464",shard="{}"}}'
@@ -196,15 +197,44 @@ SCENARIOS = [
     ),
     ("RunOtelDown", "short spike", [{"series": 'up{job="run-otel"}', "values": "1x10 0x2 1x30"}], "25m", []),
     ("RunOtelDown", "healthy", [{"series": 'up{job="run-otel"}', "values": "1x40"}], "25m", []),
+    # One stuck run is enough: sent as incomplete, or pending past stuck_seconds (1800 s).
     (
         "DiagnosisRunsStuckPending",
-        "sustained breach",
-        [{"series": PENDING, "values": "150x60"}],
-        "40m",
-        [({"severity": "warning", **JOB}, "150 diagnosis runs have been waiting to finish")],
+        "one run sent as incomplete",
+        [{"series": INCOMPLETE, "values": "0x10 1x50"}, {"series": OLDEST, "values": "0x60"}],
+        "20m",
+        [({"severity": "warning", **JOB}, "A diagnosis run did not finish: sent as incomplete, or pending too long")],
     ),
-    ("DiagnosisRunsStuckPending", "short spike", [{"series": PENDING, "values": "5x10 150x10 5x40"}], "40m", []),
-    ("DiagnosisRunsStuckPending", "low", [{"series": PENDING, "values": "50x60"}], "40m", []),
+    (
+        "DiagnosisRunsStuckPending",
+        "one run pending past its window",
+        [{"series": INCOMPLETE, "values": "0x60"}, {"series": OLDEST, "values": "0+60x60"}],
+        "40m",
+        [({"severity": "warning", **JOB}, "A diagnosis run did not finish: sent as incomplete, or pending too long")],
+    ),
+    # Pending past stuck_seconds for 2 minutes, then finished: shorter than the `for:`.
+    (
+        "DiagnosisRunsStuckPending",
+        "short spike",
+        [{"series": INCOMPLETE, "values": "0x60"}, {"series": OLDEST, "values": "0+60x32 0x27"}],
+        "40m",
+        [],
+    ),
+    (
+        "DiagnosisRunsStuckPending",
+        "none",
+        [{"series": INCOMPLETE, "values": "0x60"}, {"series": OLDEST, "values": "0x60"}],
+        "40m",
+        [],
+    ),
+    # Busy but finishing: runs always in flight, none waiting long.
+    (
+        "DiagnosisRunsStuckPending",
+        "busy, every run finishing",
+        [{"series": INCOMPLETE, "values": "0x60"}, {"series": OLDEST, "values": " ".join(["0+60x4"] * 12)}],
+        "40m",
+        [],
+    ),
     # One oversized reply: 30 spans refused. Any loss is worth a ticket, so no `for:`.
     (
         "RunOtelSpansRejected",
@@ -269,7 +299,7 @@ DEPENDS_ON = {
     "DiagnosisNegativeFeedbackHigh": {"negative_feedback_ratio", "min_feedback"},
     "RunOtelExportStalled": {"stall_seconds"},
     "RunOtelBacklogGrowing": {"backlog_runs"},
-    "DiagnosisRunsStuckPending": {"pending_runs"},
+    "DiagnosisRunsStuckPending": {"stuck_seconds"},
 }
 
 

@@ -142,12 +142,14 @@ def _run_rules(r: _Rules) -> list[dict]:
         _rule(
             r,
             "DiagnosisRunsStuckPending",
-            f"max by (job) ({r.series(I.PENDING_RUNS.prometheus)}) > {r.t['pending_runs']}",
+            # One run is enough: sent as incomplete in the window, or still pending past stuck_seconds.
+            f"{r.traffic(I.INCOMPLETE_RUNS.prometheus, window=r.t['stuck_window'])} > 0\n"
+            f"or\nmax by (job) ({r.series(I.PENDING_OLDEST.prometheus)}) > {r.t['stuck_seconds']}",
             WARNING,
-            "{{ $value }} diagnosis runs have been waiting to finish",
-            f"More than {r.t['pending_runs']} runs stayed PENDING or RUNNING for "
-            f"{r.t['stuck_for']}: the agent may be stuck. They are exported as incomplete "
-            f"after poll.run_timeout_seconds: TraceQL {{ {_SERVICE} && span.diagnosis.run.incomplete = true }}.",
+            "A diagnosis run did not finish: sent as incomplete, or pending too long",
+            f"A run was sent as incomplete in the last {r.t['stuck_window']} (still PENDING or RUNNING after "
+            f"poll.run_timeout_seconds), or a run has been pending for more than {r.t['stuck_seconds']} s: the agent "
+            f"may be stuck. TraceQL {{ {_SERVICE} && span.diagnosis.run.incomplete = true }}.",
             r.t["stuck_for"],
             RUNS_DASHBOARD,
         ),

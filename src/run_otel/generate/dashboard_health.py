@@ -32,7 +32,7 @@ SHARDS = selector(JOB, INSTANCE, SHARD)
 
 def _stats(d: Dashboard, stack: Stack) -> Dashboard:
     t = stack.thresholds
-    stall, pending, backlog = t["stall_seconds"], t["pending_runs"], t["backlog_runs"]
+    stall, pending, backlog, stuck = t["stall_seconds"], t["pending_runs"], t["backlog_runs"], t["stuck_seconds"]
     lost = (
         f"sum(increase({I.REJECTED_SPANS.prometheus}{WHERE}[$__range])) "
         f"+ sum(increase({I.DROPPED_SPANS.prometheus}{WHERE}[$__range]))"
@@ -63,9 +63,29 @@ def _stats(d: Dashboard, stack: Stack) -> Dashboard:
                 "Pending runs",
                 "short",
                 "Runs the checkpoint holds as PENDING or RUNNING, from the first poll attempt. "
-                f"Red at {pending}: DiagnosisRunsStuckPending.",
+                f"Red at {pending}: many in flight at once.",
                 query(f"max({I.PENDING_RUNS.prometheus}{WHERE})"),
                 thresholds((pending / 2, YELLOW), (pending, RED)),
+            )
+        )
+        .with_panel(
+            stat_panel(
+                "Longest pending run",
+                "s",
+                "How long the longest-waiting pending run has waited since first seen, worst instance. "
+                f"Red at {stuck} s: DiagnosisRunsStuckPending.",
+                query(f"max({I.PENDING_OLDEST.prometheus}{WHERE})"),
+                thresholds((stuck / 2, YELLOW), (stuck, RED)),
+            )
+        )
+        .with_panel(
+            stat_panel(
+                "Runs sent incomplete",
+                "short",
+                "Runs still PENDING or RUNNING after poll.run_timeout_seconds, sent as incomplete in the dashboard's "
+                "time range. Red from 1: DiagnosisRunsStuckPending.",
+                query(f"sum(increase({I.INCOMPLETE_RUNS.prometheus}{WHERE}[$__range]))"),
+                thresholds((1, RED)),
             )
         )
         .with_panel(

@@ -20,7 +20,9 @@ DURATIONS: dict[str, str] = {
     "backlog_for": "15m",
     "feedback_window": "1h",
     "feedback_for": "30m",
-    "stuck_for": "30m",
+    "stuck_for": "5m",
+    # an incomplete run fires for this long after it was sent
+    "stuck_window": "1h",
     # the checkpoint above the newest run, held this long: a deleted newest run clears within it
     "ahead_for": "5m",
 }

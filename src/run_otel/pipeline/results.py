@@ -61,7 +61,8 @@ class Recorder:
 
     def export_failed(self) -> None: ...
 
-    def poll_finished(self, seconds: float, ok: bool, pending: int) -> None: ...
+    def poll_finished(self, seconds: float, ok: bool, pending: int, oldest_pending: float = 0.0) -> None:
+        """``oldest_pending``: seconds the longest-waiting pending run has waited since first seen."""
 
     def row_warnings(self, count: int) -> None: ...
 
@@ -88,9 +89,9 @@ class Tee(Recorder):
         for recorder in self._recorders:
             recorder.export_failed()
 
-    def poll_finished(self, seconds: float, ok: bool, pending: int) -> None:
+    def poll_finished(self, seconds: float, ok: bool, pending: int, oldest_pending: float = 0.0) -> None:
         for recorder in self._recorders:
-            recorder.poll_finished(seconds, ok, pending)
+            recorder.poll_finished(seconds, ok, pending, oldest_pending)
 
     def row_warnings(self, count: int) -> None:
         for recorder in self._recorders:

@@ -100,6 +100,15 @@ EXPORT_DELAY = Instrument(
     "run_otel.export.delay", HISTOGRAM, "s", "From a run being settled to its acknowledgement.", (), DELAY_BUCKETS
 )
 PENDING_RUNS = Instrument("run_otel.pending.runs", GAUGE, "{run}", "Runs waiting to finish or settle.")
+PENDING_OLDEST = Instrument(
+    "run_otel.pending.oldest_age",
+    GAUGE,
+    "s",
+    "How long the longest-waiting pending run has waited since first seen; 0 with none.",
+)
+INCOMPLETE_RUNS = Instrument(
+    "run_otel.incomplete.runs", COUNTER, "{run}", "Runs sent as incomplete: still unfinished after poll.run_timeout_seconds."
+)
 LAST_SUCCESS = Instrument("run_otel.last_success.timestamp", GAUGE, "s", "Unix time of the last successful poll.")
 BACKLOG_RUNS = Instrument(
     "run_otel.backlog.runs", GAUGE, "{run}", "Run ids between the checkpoint and the newest run.", ("shard",)
@@ -125,6 +134,8 @@ HEALTH_INSTRUMENTS = (
     POLL_DURATION,
     EXPORT_DELAY,
     PENDING_RUNS,
+    PENDING_OLDEST,
+    INCOMPLETE_RUNS,
     LAST_SUCCESS,
     START_TIME,
     STANDBY,

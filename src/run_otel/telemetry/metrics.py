@@ -91,6 +91,7 @@ class BridgeMetrics(Recorder):
         self._get(I.EXPORT_FAILURES).add(0)
         self._get(I.REJECTED_SPANS).add(0)
         self._get(I.ROW_WARNINGS).add(0)
+        self._get(I.INCOMPLETE_RUNS).add(0)
         self._get(I.DROPPED_SPANS).add(0, I.DROPPED_SPANS.labelled("too_large"))
         # 0 until the poller finds the source behind the checkpoint: the panel reads 0, not "No data".
         self._get(I.CHECKPOINT_AHEAD).set(0, I.CHECKPOINT_AHEAD.labelled(self._shard))
@@ -106,6 +107,8 @@ class BridgeMetrics(Recorder):
                 self._first_call(tool.tool_name, tool.retrieval_layer is not None)
             for measurement in run_measurements(exported, self._feedback_label):
                 self._measure(measurement)
+            if exported.incomplete:
+                self._get(I.INCOMPLETE_RUNS).add(1)
             if exported.settled_at is not None:
                 self._get(I.EXPORT_DELAY).record(max(acked_at - exported.settled_at - self._settle, 0.0))
         # Only what the receiver took: rejected and dropped spans have counters of their own.
@@ -144,7 +147,7 @@ class BridgeMetrics(Recorder):
     def export_failed(self) -> None:
         self._get(I.EXPORT_FAILURES).add(1)
 
-    def poll_finished(self, seconds: float, ok: bool, pending: int) -> None:
+    def poll_finished(self, seconds: float, ok: bool, pending: int, oldest_pending: float = 0.0) -> None:
         self._get(I.POLL_DURATION).record(seconds, I.POLL_DURATION.labelled("ok" if ok else "error"))
         with self._lock:
             self.last_poll_ok = ok
@@ -153,6 +156,7 @@ class BridgeMetrics(Recorder):
                 self._get(I.LAST_SUCCESS).set(self.last_success)
             # Set on a failed poll too (the checkpoint's count), so a first deploy that never succeeds shows it.
             self._get(I.PENDING_RUNS).set(pending)
+            self._get(I.PENDING_OLDEST).set(oldest_pending)
 
     def backlog(self, runs: int, seconds: float | None) -> None:
         self._get(I.BACKLOG_RUNS).set(runs, I.BACKLOG_RUNS.labelled(self._shard))
