@@ -345,3 +345,79 @@ def test_a_history_that_cannot_be_written_leaves_no_part_of_itself(tmp_path):
         resource.setrlimit(resource.RLIMIT_FSIZE, limits)
         signal.signal(signal.SIGXFSZ, previous)
     assert sorted(p.name for p in folder.iterdir()) == ["h.om"]
+
+
+def _add_runs(url: str, runs: list[tuple[str, str, datetime]], seconds: int = 5) -> None:
+    """``runs`` as (run_id, status, created_at), inserted in that order; a finished run ends ``seconds`` after it started."""
+    from sqlalchemy import insert
+    from sqlalchemy.engine import make_url
+
+    from run_otel.source.engine import make_engine
+    from run_otel.source.schema import diagnosis_run, metadata
+
+    engine = make_engine(make_url(url))
+    metadata.create_all(engine)
+    with engine.begin() as conn:
+        for run_id, status, created in runs:
+            updated = created + timedelta(seconds=seconds) if status == "SUCCESS" else created
+            values = {"run_id": run_id, "session_id": "s", "query": "q", "status": status, "intent": "DIAGNOSIS"}
+            conn.execute(insert(diagnosis_run).values(**values, created_at=created, updated_at=updated))
+    engine.dispose()
+
+
+def _runs_counted(series: dict) -> float:
+    return sum(value for (name, _labels), value in series.items() if name == "diagnosis_runs_total")
+
+
+def test_the_history_and_the_daemon_count_each_run_once_across_the_cutover(tmp_path, receiver):
+    """The procedure of docs/operations.md: the daemon starts with no checkpoint (start_from = "now"),
+    the backfill's history ends at its start. A run in flight at the start is the history's only."""
+    from click.testing import CliRunner
+    from sqlalchemy import text
+    from sqlalchemy.engine import make_url
+
+    from run_otel.cli.main import cli
+    from run_otel.factory import build_parts, build_poller
+    from run_otel.source.engine import make_engine
+
+    now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
+    url = f"sqlite:///{tmp_path / 'agent.db'}"
+    before = [(f"old-{n}", "SUCCESS", now - timedelta(minutes=90 - n)) for n in range(20)]
+    _add_runs(url, [*before, ("in-flight", "RUNNING", now - timedelta(minutes=5))])
+    (tmp_path / "run-otel.toml").write_text(
+        f'[source]\nurl = "{url}"\n[state]\nurl = "sqlite:///{tmp_path / "state.db"}"\n'
+        f'[export]\nendpoint = "{receiver.endpoint}"\n[poll]\nsettle_seconds = 0\n'
+    )
+    config = build_config(
+        {
+            "source": {"url": url},
+            "state": {"url": f"sqlite:///{tmp_path / 'state.db'}"},
+            "export": {"endpoint": receiver.endpoint},
+            "poll": {"settle_seconds": 0},
+        }
+    )
+
+    # The daemon's first start, at T0 = now: after the newest run id, which is the run in flight.
+    metrics = build_metrics(config)
+    with build_parts(config, recorder=metrics) as parts:
+        poller = build_poller(parts)
+        assert poller.poll().pending == 0  # the run in flight is not the daemon's
+        engine = make_engine(make_url(url))
+        with engine.begin() as conn:  # it finishes after T0; two new runs come in
+            conn.execute(
+                text("UPDATE diagnosis_run SET status = 'SUCCESS', updated_at = :t WHERE run_id = 'in-flight'"), {"t": now}
+            )
+        engine.dispose()
+        _add_runs(url, [(f"new-{n}", "SUCCESS", now) for n in range(2)], seconds=0)
+        poller.poll()
+    live = _runs_counted(scrape(metrics))
+    metrics.shutdown()
+
+    out = tmp_path / "h.om"
+    args = ["--since", f"{now - timedelta(hours=2):%Y-%m-%d %H:%M:%S}", "--until", f"{now:%Y-%m-%d %H:%M:%S}"]
+    result = CliRunner().invoke(cli, ["backfill", "--config", str(tmp_path / "run-otel.toml"), *args, "--metrics-out", str(out)])
+    assert result.exit_code == 0, result.output
+    history = _runs_counted({key: points[-1][1] for key, points in samples(out.read_text()).items()})
+
+    # 20 old runs and the one in flight in the history, the 2 new ones live: 23 runs, each once.
+    assert (history, live) == (21, 2)
