@@ -33,6 +33,13 @@ def ratings(up: str, down: str) -> list[dict]:
     return [{"series": FEEDBACK.format(label="UP"), "values": up}, {"series": FEEDBACK.format(label="DOWN"), "values": down}]
 
 
+def stuck(incomplete: str, oldest: str) -> list[dict]:
+    return [{"series": INCOMPLETE, "values": incomplete}, {"series": OLDEST, "values": oldest}]
+
+
+STUCK = ({"severity": "warning", **JOB}, "A diagnosis run did not finish: sent as incomplete, or pending too long")
+
+
 def runs(success: str, other_status: str, other: str) -> list[dict]:
     return [
         {"series": RUNS.format(status="SUCCESS"), "values": success},
@@ -198,43 +205,13 @@ SCENARIOS = [
     ("RunOtelDown", "short spike", [{"series": 'up{job="run-otel"}', "values": "1x10 0x2 1x30"}], "25m", []),
     ("RunOtelDown", "healthy", [{"series": 'up{job="run-otel"}', "values": "1x40"}], "25m", []),
     # One stuck run is enough: sent as incomplete, or pending past stuck_seconds (1800 s).
-    (
-        "DiagnosisRunsStuckPending",
-        "one run sent as incomplete",
-        [{"series": INCOMPLETE, "values": "0x10 1x50"}, {"series": OLDEST, "values": "0x60"}],
-        "20m",
-        [({"severity": "warning", **JOB}, "A diagnosis run did not finish: sent as incomplete, or pending too long")],
-    ),
-    (
-        "DiagnosisRunsStuckPending",
-        "one run pending past its window",
-        [{"series": INCOMPLETE, "values": "0x60"}, {"series": OLDEST, "values": "0+60x60"}],
-        "40m",
-        [({"severity": "warning", **JOB}, "A diagnosis run did not finish: sent as incomplete, or pending too long")],
-    ),
+    ("DiagnosisRunsStuckPending", "one run sent as incomplete", stuck("0x10 1x50", "0x60"), "20m", [STUCK]),
+    ("DiagnosisRunsStuckPending", "one run pending past its window", stuck("0x60", "0+60x60"), "40m", [STUCK]),
     # Pending past stuck_seconds for 2 minutes, then finished: shorter than the `for:`.
-    (
-        "DiagnosisRunsStuckPending",
-        "short spike",
-        [{"series": INCOMPLETE, "values": "0x60"}, {"series": OLDEST, "values": "0+60x32 0x27"}],
-        "40m",
-        [],
-    ),
-    (
-        "DiagnosisRunsStuckPending",
-        "none",
-        [{"series": INCOMPLETE, "values": "0x60"}, {"series": OLDEST, "values": "0x60"}],
-        "40m",
-        [],
-    ),
+    ("DiagnosisRunsStuckPending", "short spike", stuck("0x60", "0+60x32 0x27"), "40m", []),
+    ("DiagnosisRunsStuckPending", "none", stuck("0x60", "0x60"), "40m", []),
     # Busy but finishing: runs always in flight, none waiting long.
-    (
-        "DiagnosisRunsStuckPending",
-        "busy, every run finishing",
-        [{"series": INCOMPLETE, "values": "0x60"}, {"series": OLDEST, "values": " ".join(["0+60x4"] * 12)}],
-        "40m",
-        [],
-    ),
+    ("DiagnosisRunsStuckPending", "busy, every run finishing", stuck("0x60", " ".join(["0+60x4"] * 12)), "40m", []),
     # One oversized reply: 30 spans refused. Any loss is worth a ticket, so no `for:`.
     (
         "RunOtelSpansRejected",
