@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything the test suite needs on a fresh Debian machine, then runs it.
 #   - Debian packages: mariadb-server (the tests start their own server on
-#     loopback, in a temp datadir) and prometheus (prometheus + promtool 2.42)
+#     loopback, in a temp datadir), prometheus (prometheus + promtool 2.42) and
+#     systemd (systemd-analyze, to verify the unit in deploy/systemd)
 #   - a virtualenv in .venv with run-otel and its test extra (rotel, hypothesis, ...)
 #   - the Go test peers, built from pinned modules by scripts/peers.sh: Jaeger v2
 #     and two OpenTelemetry Collector builds (needs Go >= 1.26 and the module proxy)
@@ -12,6 +13,8 @@ cd "$(dirname "$0")/.."
 need=()
 command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || need+=(mariadb-server)
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+# systemd-analyze verifies the unit in deploy/systemd; a container's Debian may lack it.
+command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 if [ ${#need[@]} -gt 0 ]; then
     SUDO=""
     [ "$(id -u)" -eq 0 ] || SUDO="sudo"

@@ -468,6 +468,10 @@ def promtool() -> str:
     return _binary("promtool")
 
 
+def systemd_analyze() -> str:
+    return _binary("systemd-analyze")
+
+
 def peer_binary(name: str) -> str:
     """A Go test peer built by scripts/peers.sh (the README's test command runs it)."""
     ServerGate.need(name)

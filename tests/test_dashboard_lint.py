@@ -261,6 +261,8 @@ def test_every_stat_has_thresholds_and_the_alerting_ones_turn_red_at_the_alert()
     assert red_at("Fallback rate") == THRESHOLDS["run_fallback_ratio"]
     assert red_at("Since last successful poll") == THRESHOLDS["stall_seconds"]
     assert red_at("Pending runs") == THRESHOLDS["pending_runs"]
+    assert red_at("Longest pending run") == THRESHOLDS["stuck_seconds"]
+    assert red_at("Runs sent incomplete") == 1
     assert red_at("Checkpoint ahead of the source") == 1
 
 

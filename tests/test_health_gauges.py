@@ -95,6 +95,37 @@ def test_a_restart_whose_polls_fail_shows_the_checkpoints_pending_runs(tmp_path)
     restarted.shutdown()
 
 
+def test_one_stuck_run_shows_as_the_oldest_pending_age_then_as_incomplete(tmp_path):
+    """DiagnosisRunsStuckPending fires on one run: these are the two series it reads."""
+    from dataclasses import replace
+
+    config = _config(tmp_path)
+    config = replace(config, poll=replace(config.poll, run_timeout_seconds=3600))
+    engine = make_engine(make_url(config.source.url))
+    insert_workload(engine, generate(3, 5, anchor=utc_now_naive()), create=True)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE diagnosis_run SET status = 'SUCCESS'"))
+        conn.execute(text("UPDATE diagnosis_run SET status = 'RUNNING' WHERE id = (SELECT MAX(id) FROM diagnosis_run)"))
+    now = [time.time()]
+    metrics = build_metrics(config)
+    parts = build_parts(config, recorder=metrics, sink=JsonFileSink(tmp_path / "out.jsonl"))
+    poller = build_poller(parts, clock=lambda: now[0])
+    poller.poll()
+    assert _gauge(metrics, "run_otel_pending_runs") == 1
+    assert _gauge(metrics, "run_otel_pending_oldest_age_seconds") == 0
+    assert _gauge(metrics, "run_otel_incomplete_runs_total") == 0
+    now[0] += 1900  # past stuck_seconds, not yet past poll.run_timeout_seconds
+    poller.poll()
+    assert _gauge(metrics, "run_otel_pending_oldest_age_seconds") == pytest.approx(1900, abs=1)
+    assert _gauge(metrics, "run_otel_incomplete_runs_total") == 0
+    now[0] += 2000  # past poll.run_timeout_seconds: sent as incomplete, nothing left pending
+    poller.poll()
+    assert _gauge(metrics, "run_otel_incomplete_runs_total") == 1
+    assert _gauge(metrics, "run_otel_pending_oldest_age_seconds") == 0
+    parts.close()
+    metrics.shutdown()
+
+
 def test_a_bridge_that_never_succeeded_shows_a_value_on_every_health_panel(agent_db, tmp_path):
     """A first deploy with a wrong OTLP endpoint: the database is fine, no poll ever succeeds."""
     port = free_port()

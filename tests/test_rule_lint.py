@@ -24,7 +24,12 @@ GAUGES = {name for name, kind in KIND.items() if kind == I.GAUGE}
 
 def committed_rules() -> list[dict]:
     document = yaml.safe_load((ROOT / "config/prometheus/alerts.yml").read_text())
-    return [rule for group in document["groups"] for rule in group["rules"]]
+    return [rule for group in document["groups"] for rule in group["rules"] if "alert" in rule]
+
+
+def recording_rules() -> list[dict]:
+    document = yaml.safe_load((ROOT / "config/prometheus/alerts.yml").read_text())
+    return [rule for group in document["groups"] for rule in group["rules"] if "record" in rule]
 
 
 def anchors(markdown: str) -> set[str]:
@@ -90,8 +95,22 @@ def test_every_series_is_selected_by_the_job():
 
 
 def test_the_job_selector_is_configurable():
-    text = yaml.safe_dump(rules('job="bridge", env="prod"'))
-    assert 'job="run-otel"' not in text and text.count('job="bridge", env="prod"') >= 11
+    from run_otel.config import GenerateConfig
+    from run_otel.generate.stack import Stack
+
+    text = yaml.safe_dump(rules(Stack(GenerateConfig(job="bridge"))))
+    assert 'job="run-otel"' not in text and text.count('job="bridge"') >= 11 + 7 + 2
+
+
+def test_recording_rules_keep_the_job_and_select_it():
+    records = recording_rules()
+    assert [r["record"] for r in records] == [
+        f"job:diagnosis_run_errors:ratio_rate{w}" for w in ("5m", "30m", "1h", "2h", "6h", "1d", "3d")
+    ]
+    for rule in records:
+        assert rule["expr"].count("sum by (job)") == 2, rule["record"]
+        for _metric, matchers in selectors(rule["expr"]):
+            assert f'job="{I.JOB}"' in matchers, rule["record"]
 
 
 def test_rate_and_increase_only_over_counters_and_deriv_only_over_gauges():

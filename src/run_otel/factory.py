@@ -41,6 +41,8 @@ from .source.reader import Source
 
 if TYPE_CHECKING:
     from .export.phoenix import PhoenixAnnotations
+    from .pipeline.backfill import Window
+    from .telemetry.history import MetricsHistory
     from .telemetry.metrics import BridgeMetrics, HealthServer
 
 Check = Callable[[], tuple[bool, str]]
@@ -234,6 +236,29 @@ def build_metrics(config: Config) -> BridgeMetrics:
 
     readers, registry, exemplars = metric_readers(config.metrics, config.export)
     return BridgeMetrics(config.feedback, config.poll.settle_seconds, config.shard, readers, registry, exemplars)
+
+
+def build_history(config: Config, window: Window, step: int, now: float | None = None) -> MetricsHistory:
+    """What `backfill --metrics-out` records into: a sample every ``step`` seconds from the window's
+    start to its end (or now), each run counted after its ``updated_at`` in the source's zone."""
+    import time
+
+    from .source.rows import RunRow
+    from .telemetry.history import Grid, HistoryWindowError, MetricsHistory
+
+    if window.since is None:
+        raise HistoryWindowError("--metrics-out needs --since: the history starts there")
+    clock = SourceClock(config.source.timezone)
+    start = clock.epoch(window.since)
+    end = clock.epoch(window.until) if window.until else (time.time() if now is None else now)
+    assert start is not None and end is not None  # the window's bounds are datetimes
+
+    def finished_at(run: RunRow) -> float | None:
+        # A run is counted when it is exported, which follows updated_at by the settle time.
+        return clock.epoch(run.updated_at) or clock.epoch(run.created_at)
+
+    feedback = config.feedback
+    return MetricsHistory(Grid.covering(start, end, step), finished_at, feedback.label_of if feedback.enabled else None)
 
 
 def start_metrics(config: Config, alive: Check | None = None) -> tuple[BridgeMetrics | None, HealthServer | None]:

@@ -11,13 +11,14 @@ from typing import TYPE_CHECKING
 
 import click
 
+from .backfill_output import backfill_and_report, metrics_out_options
 from .ops_commands import COMMANDS as OPERATOR_COMMANDS
 from .options import CONFIG_OPTION, EXIT_FAILED, EXIT_PARTIAL, EXIT_USAGE, SHARD_OPTION, fail, guarded, load
 from .times import TimeParam
 
 if TYPE_CHECKING:
     from ..config import Config
-    from ..pipeline.backfill import Window
+    from ..ops.metrics_history import MetricsRequest
 
 # Each command imports what it runs on (SQLAlchemy, gRPC, the SDK, rich) in its body:
 # `run-otel --help` then costs the interpreter and click, not the whole bridge.
@@ -120,6 +121,7 @@ _TIME = TimeParam()
     "Each reads the agent's database at the pace of a single backfill, so N of them put N times its load on it.",
 )
 @SHARD_OPTION
+@metrics_out_options
 def backfill(
     config_path: Path | None,
     since: datetime | None,
@@ -130,6 +132,7 @@ def backfill(
     with_metrics: bool,
     workers: int,
     shard: str | None,
+    metrics_out: MetricsRequest | None,
 ) -> None:
     """Export history: every finished run created in [--since, --until).
 
@@ -142,13 +145,18 @@ def backfill(
     beside `run-otel run`; runs exported by both arrive twice, byte-identical.
     With --workers N, N processes share the range (about N times as fast on N
     free cores); on a stop, the resume line starts at the first id left unsent.
+    With --metrics-out FILE, the runs' metrics are also written as a scrape
+    would have seen them, for `promtool tsdb create-blocks-from openmetrics`.
     """
     if since is None and from_id is None and not full_scan:
         raise click.UsageError("give --since, --from-id or --full-scan")
     if since and until and until <= since:
         raise click.UsageError(f"--until ({until}) must be after --since ({since})")
-    if with_metrics and workers > 1:
-        raise click.UsageError("--with-metrics counts the runs in one process: use it with --workers 1")
+    for flag, given in (("--with-metrics", with_metrics), ("--metrics-out", metrics_out)):
+        if given and workers > 1:
+            raise click.UsageError(f"{flag} counts the runs in one process: use it with --workers 1")
+    if metrics_out and since is None:
+        raise click.UsageError("--metrics-out needs --since: the history starts there")
     if from_id and to_id and to_id < from_id:
         raise click.UsageError(f"--to-id ({to_id}) must not be below --from-id ({from_id})")
     from ..pipeline.backfill import Window
@@ -157,29 +165,7 @@ def backfill(
     config = load(config_path, shard)
     clock = SourceClock(config.source.timezone)
     window = Window(since and clock.naive(since), until and clock.naive(until))
-    guarded(lambda: _backfill(config, window, (from_id, to_id, full_scan), with_metrics, workers))
-
-
-def _backfill(config: Config, window: Window, ids: tuple, with_metrics: bool, workers: int) -> None:
-    from rich.console import Console
-
-    from ..ops.backfill_job import run_backfill
-    from ..pipeline.backfill import where_to_find
-    from .render import progress_task, trace_links
-
-    console = Console(stderr=True, highlight=False, soft_wrap=True)
-    outcome = run_backfill(config, window, ids, with_metrics, progress_task(console), workers)
-    total = outcome.total
-    click.echo(f"backfilled {total.run_count} runs ({total.spans} spans) {window.describe()} in {outcome.seconds:.1f}s")
-    for line in where_to_find(outcome.first_trace, outcome.last_trace, total.in_flight):
-        click.echo(line)
-    for label, trace_id in (("first", outcome.first_trace), ("last", outcome.last_trace)) if outcome.first_trace else ():
-        for link in trace_links(config, trace_id):
-            click.echo(f"open {label}: {link}")
-    if outcome.warning:
-        console.print(f"[bold red]WARNING:[/] {outcome.warning}")
-    if outcome.failure:
-        fail(outcome.failure)
+    guarded(lambda: backfill_and_report(config, window, (from_id, to_id, full_scan), with_metrics, workers, metrics_out))
 
 
 # -- the terminal commands ----------------------------------------------------

@@ -1,4 +1,4 @@
-"""The operator's commands: `status`, `rewind`, `export`, `config` and `health`."""
+"""The operator's commands: `status`, `rewind`, `export`, `config`, `health` and `generate`."""
 
 from __future__ import annotations
 
@@ -169,4 +169,36 @@ def health(config_path: Path | None, live: bool) -> None:
         sys.exit(EXIT_FAILED)
 
 
-COMMANDS = (status, rewind, export_command, config_command, health)
+@click.command()
+@CONFIG_OPTION
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+def generate(config_path: Path | None, directory: Path) -> None:
+    """Write the dashboards, alert and recording rules, their tests and the runbook into DIRECTORY.
+
+    For your stack, from the config's [generate] section (the scrape job, where
+    the runbook and Grafana are served, the data source uids, the thresholds)
+    and [slo] (the objective behind the error-budget burn alerts). Without a
+    config, the defaults: the files this project ships. Writes
+    dashboards/*.json for Grafana, prometheus/alerts.yml for Prometheus'
+    rule_files, prometheus/alerts_test.yml for `promtool test rules`, and
+    runbook.md; files already there are replaced. Needs the generate extra:
+    pip install 'run-otel[generate]'.
+    """
+    from ..ops.operations import generate_files
+
+    config = load(config_path, demo=True)
+
+    def body() -> None:
+        try:
+            written, warnings = generate_files(config, directory)
+        except ImportError as exc:
+            fail(f"generate needs {exc.name}: pip install 'run-otel[generate]'", EXIT_FAILED)
+        for path in written:
+            click.echo(f"wrote {path}")
+        for line in warnings:
+            click.echo(f"warning: {line}", err=True)
+
+    guarded(body)
+
+
+COMMANDS = (status, rewind, export_command, config_command, health, generate)

@@ -12,6 +12,7 @@ import os
 import re
 import tomllib
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -19,7 +20,18 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from sqlalchemy.engine import make_url
 
 from ..otel_env import otel_environment
-from .sections import CONFIG_ENV, ENV_PREFIX, SECTIONS, TLS_MODES, VERIFYING_TLS_MODES, Config, ConfigError, SourceConfig
+from .sections import (
+    CONFIG_ENV,
+    DEFAULT_THRESHOLDS,
+    ENV_PREFIX,
+    SECTIONS,
+    TLS_MODES,
+    VERIFYING_TLS_MODES,
+    Config,
+    ConfigError,
+    GenerateConfig,
+    SourceConfig,
+)
 
 # (section, key, validator, message): checks beyond the type.
 _CHOICES = {
@@ -52,6 +64,7 @@ _POSITIVE = {
     ("source", "statement_timeout_seconds"),
     ("poll", "stuck_after_seconds"),
     ("poll", "shutdown_timeout_seconds"),
+    ("slo", "window_days"),
 }
 _NON_NEGATIVE = {
     ("poll", "settle_seconds"),
@@ -100,9 +113,29 @@ def build_config(raw: Mapping[str, Any]) -> Config:
         if not isinstance(values, Mapping):
             raise ConfigError(f"[{section}] must be a table of keys")
         sections[section] = _build_section(section, SECTIONS[section], values)
+    if "generate" in sections:
+        sections["generate"] = _with_default_thresholds(sections["generate"])
     config = Config(**sections)
     _validate(config)
     return config
+
+
+def _with_default_thresholds(generate: GenerateConfig) -> GenerateConfig:
+    """The thresholds a file sets, over the built-in ones: a table that names one keeps the others."""
+    thresholds = dict(DEFAULT_THRESHOLDS)
+    for name, value in generate.thresholds.items():
+        default = DEFAULT_THRESHOLDS.get(name)
+        if default is None:
+            raise ConfigError(f"generate.thresholds: unknown threshold {name!r} (known: {', '.join(DEFAULT_THRESHOLDS)})")
+        if value <= 0 or (name.endswith("_ratio") and value > 1):
+            bound = "between 0 and 1" if name.endswith("_ratio") else "greater than 0"
+            raise ConfigError(f"generate.thresholds.{name} must be {bound}, got {value:g}")
+        if isinstance(default, int):
+            if not float(value).is_integer():
+                raise ConfigError(f"generate.thresholds.{name} counts whole runs, calls, ratings or seconds, got {value:g}")
+            value = int(value)
+        thresholds[name] = value
+    return replace(generate, thresholds=thresholds)
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -235,11 +268,20 @@ def _validate(config: Config) -> None:
         except re.error as exc:
             raise ConfigError(f"content.redact: bad regex {pattern!r}: {exc}") from None
     _validate_tls(config.source)
+    _validate_generate(config)
     for section in ("source", "state"):
         try:
             make_url(getattr(config, section).url)
         except Exception:  # SQLAlchemy raises ArgumentError; never echo the URL, it may hold a password
             raise ConfigError(f"{section}.url is not a SQLAlchemy URL") from None
+
+
+def _validate_generate(config: Config) -> None:
+    if not 0 < config.slo.objective < 1:
+        raise ConfigError(f"slo.objective is the share of runs that must not fail, between 0 and 1, got {config.slo.objective:g}")
+    job = config.generate.job
+    if not job or any(c in job for c in '"\\\n'):
+        raise ConfigError(f"generate.job must be a Prometheus job name without quotes or backslashes, got {job!r}")
 
 
 def _validate_tls(source: SourceConfig) -> None:

@@ -203,6 +203,51 @@ class LogConfig:
 
 
 @dataclass(frozen=True)
+class SloConfig:
+    # The share of finished runs that must not end FAILED, over window_days.
+    objective: float = 0.95
+    window_days: int = 30
+
+
+@dataclass(frozen=True)
+class GenerateConfig:
+    """What `run-otel generate` writes into the dashboards, rules and runbook for the user's stack."""
+
+    job: str = "run-otel"
+    runbook_url: str = "docs/runbook.md"
+    grafana_url: str = "http://localhost:3000"
+    # Empty: Grafana's default data source of that type is preselected.
+    prometheus_datasource_uid: str = ""
+    tempo_datasource_uid: str = ""
+    jaeger_datasource_uid: str = "jaeger"
+    # Alert thresholds by name; a table in the file sets some and keeps the others.
+    thresholds: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_THRESHOLDS))
+
+
+# The numbers the alert rules compare with; whole numbers count runs, calls, ratings or seconds.
+DEFAULT_THRESHOLDS: dict[str, float] = {
+    # share of finished runs, over 10 minutes, with at least min_runs runs in them
+    "run_failure_ratio": 0.10,
+    "run_fallback_ratio": 0.20,
+    "min_runs": 20,
+    # share of one tool's calls, with at least min_tool_calls calls of it
+    "tool_error_ratio": 0.25,
+    "min_tool_calls": 20,
+    # no successful poll for this long (seconds)
+    "stall_seconds": 300,
+    # run ids not yet exported, and still growing
+    "backlog_runs": 500,
+    # share of ratings that are negative over an hour, with at least min_feedback ratings in it
+    "negative_feedback_ratio": 0.30,
+    "min_feedback": 10,
+    # runs waiting to finish: the health dashboard's red line
+    "pending_runs": 100,
+    # seconds the longest-waiting run may stay pending before DiagnosisRunsStuckPending fires
+    "stuck_seconds": 1800,
+}
+
+
+@dataclass(frozen=True)
 class Config:
     source: SourceConfig = field(default_factory=SourceConfig)
     state: StateConfig = field(default_factory=StateConfig)
@@ -216,6 +261,8 @@ class Config:
     ha: HaConfig = field(default_factory=HaConfig)
     log: LogConfig = field(default_factory=LogConfig)
     feedback: FeedbackConfig = field(default_factory=FeedbackConfig)
+    slo: SloConfig = field(default_factory=SloConfig)
+    generate: GenerateConfig = field(default_factory=GenerateConfig)
     # Not a key: set by the CLI (--shard), kept here so it travels with the rest.
     shard: tuple[int, int] = (0, 1)
 

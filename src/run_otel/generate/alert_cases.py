@@ -7,6 +7,11 @@ so an SRE who changes a threshold runs ``promtool test rules alerts_test.yml`` w
 
 from __future__ import annotations
 
+from .slo_cases import SLO_ALERT, slo_annotations, slo_scenarios
+from .stack import Stack
+
+DEFAULT = Stack()
+
 # Every series carries the labels Prometheus adds to run-otel's scrape; the rules select on job.
 RUNS = 'diagnosis_runs_total{{job="run-otel",instance="a:9464",status="{status}",intent="DIAGNOSIS",release_outcome="{status}"}}'
 LABELS = '{}{{job="run-otel",instance="{}"}}'
@@ -16,7 +21,8 @@ TOOLS = (
     'relevance_level="PRECISE",success="{ok}"}}'
 )
 FEEDBACK = 'diagnosis_run_feedback_total{{job="run-otel",instance="a:9464",feedback="{label}",intent="DIAGNOSIS"}}'
-PENDING = 'run_otel_pending_runs{job="run-otel",instance="a:9464"}'
+OLDEST = 'run_otel_pending_oldest_age_seconds{job="run-otel",instance="a:9464"}'
+INCOMPLETE = 'run_otel_incomplete_runs_total{job="run-otel",instance="a:9464"}'
 REJECTED = 'run_otel_rejected_spans_total{job="run-otel",instance="a:9464"}'
 DROPPED = 'run_otel_dropped_spans_total{job="run-otel",instance="a:9464",reason="too_large"}'
 AHEAD = 'run_otel_checkpoint_ahead{{job="run-otel",instance="a:9464",shard="{}"}}'
@@ -25,6 +31,13 @@ JOB = {"job": "run-otel"}
 
 def ratings(up: str, down: str) -> list[dict]:
     return [{"series": FEEDBACK.format(label="UP"), "values": up}, {"series": FEEDBACK.format(label="DOWN"), "values": down}]
+
+
+def stuck(incomplete: str, oldest: str) -> list[dict]:
+    return [{"series": INCOMPLETE, "values": incomplete}, {"series": OLDEST, "values": oldest}]
+
+
+STUCK = ({"severity": "warning", **JOB}, "A diagnosis run did not finish: sent as incomplete, or pending too long")
 
 
 def runs(success: str, other_status: str, other: str) -> list[dict]:
@@ -191,15 +204,14 @@ SCENARIOS = [
     ),
     ("RunOtelDown", "short spike", [{"series": 'up{job="run-otel"}', "values": "1x10 0x2 1x30"}], "25m", []),
     ("RunOtelDown", "healthy", [{"series": 'up{job="run-otel"}', "values": "1x40"}], "25m", []),
-    (
-        "DiagnosisRunsStuckPending",
-        "sustained breach",
-        [{"series": PENDING, "values": "150x60"}],
-        "40m",
-        [({"severity": "warning", **JOB}, "150 diagnosis runs have been waiting to finish")],
-    ),
-    ("DiagnosisRunsStuckPending", "short spike", [{"series": PENDING, "values": "5x10 150x10 5x40"}], "40m", []),
-    ("DiagnosisRunsStuckPending", "low", [{"series": PENDING, "values": "50x60"}], "40m", []),
+    # One stuck run is enough: sent as incomplete, or pending past stuck_seconds (1800 s).
+    ("DiagnosisRunsStuckPending", "one run sent as incomplete", stuck("0x10 1x50", "0x60"), "20m", [STUCK]),
+    ("DiagnosisRunsStuckPending", "one run pending past its window", stuck("0x60", "0+60x60"), "40m", [STUCK]),
+    # Pending past stuck_seconds for 2 minutes, then finished: shorter than the `for:`.
+    ("DiagnosisRunsStuckPending", "short spike", stuck("0x60", "0+60x32 0x27"), "40m", []),
+    ("DiagnosisRunsStuckPending", "none", stuck("0x60", "0x60"), "40m", []),
+    # Busy but finishing: runs always in flight, none waiting long.
+    ("DiagnosisRunsStuckPending", "busy, every run finishing", stuck("0x60", " ".join(["0+60x4"] * 12)), "40m", []),
     # One oversized reply: 30 spans refused. Any loss is worth a ticket, so no `for:`.
     (
         "RunOtelSpansRejected",
@@ -256,22 +268,64 @@ SCENARIOS = [
 ]
 
 
-def promtool_tests(rules: dict, rule_file: str = "alerts.yml") -> dict:
+# The alerts whose scenarios hold for the built-in thresholds, and the thresholds each depends on.
+DEPENDS_ON = {
+    "DiagnosisRunFailureRateHigh": {"run_failure_ratio", "min_runs"},
+    "DiagnosisRunFallbackRateHigh": {"run_fallback_ratio", "min_runs"},
+    "DiagnosisToolErrorRateHigh": {"tool_error_ratio", "min_tool_calls"},
+    "DiagnosisNegativeFeedbackHigh": {"negative_feedback_ratio", "min_feedback"},
+    "RunOtelExportStalled": {"stall_seconds"},
+    "RunOtelBacklogGrowing": {"backlog_runs"},
+    "DiagnosisRunsStuckPending": {"stuck_seconds"},
+}
+
+
+def untested(stack: Stack) -> list[str]:
+    """The alerts whose built-in scenarios no longer fit the stack's thresholds or feedback labels."""
+    changed = stack.changed_thresholds()
+    found = {alert for alert, names in DEPENDS_ON.items() if names & changed}
+    if tuple(stack.negative[:1]) != ("DOWN",):
+        found.add("DiagnosisNegativeFeedbackHigh")  # its scenarios rate with UP and DOWN
+    if not slo_scenarios(stack):
+        found.add(SLO_ALERT)  # its cases sit on the default objective's budget
+    return sorted(found)
+
+
+def _for_job(value: object, job: str) -> object:
+    """A scenario's series and labels with the stack's scrape job for the shipped one."""
+    if isinstance(value, str):
+        return value.replace('job="run-otel"', f'job="{job}"')
+    if isinstance(value, dict):
+        return {k: (job if k == "job" and v == "run-otel" else _for_job(v, job)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_for_job(v, job) for v in value]
+    return value
+
+
+def promtool_tests(rules: dict, stack: Stack = DEFAULT, rule_file: str = "alerts.yml") -> dict:
     """The promtool test document for ``rules`` (as :func:`run_otel.generate.alerts.rules` returns them)."""
-    annotations = {r["alert"]: r["annotations"] for g in rules["groups"] for r in g["rules"]}
+    annotations = {r["alert"]: r["annotations"] for g in rules["groups"] for r in g["rules"] if "alert" in r}
+    skipped = set(untested(stack))
     tests = []
-    for alert, case, series, at, expected in SCENARIOS:
+    for alert, case, series, at, expected in [*SCENARIOS, *slo_scenarios(stack)]:
+        if alert in skipped:
+            continue
         exp = []
         for labels, summary in expected:
             # The links and the description as the rule has them; only the summary is checked rendered.
             fixed = {k: v.replace("{{ $labels.tool_name }}", labels.get("tool_name", "")) for k, v in annotations[alert].items()}
+            if alert == SLO_ALERT:
+                fixed = slo_annotations(rules, labels["severity"])
             exp.append({"exp_labels": labels, "exp_annotations": {**fixed, "summary": summary}})
         tests.append(
-            {
-                "name": f"{alert}: {case}",
-                "interval": "1m",
-                "input_series": series,
-                "alert_rule_test": [{"eval_time": at, "alertname": alert, "exp_alerts": exp}],
-            }
+            _for_job(
+                {
+                    "name": f"{alert}: {case}",
+                    "interval": "1m",
+                    "input_series": series,
+                    "alert_rule_test": [{"eval_time": at, "alertname": alert, "exp_alerts": exp}],
+                },
+                stack.job,
+            )
         )
     return {"rule_files": [rule_file], "evaluation_interval": "1m", "tests": tests}

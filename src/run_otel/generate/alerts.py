@@ -1,56 +1,23 @@
-"""Prometheus alerting rules, built from the instrument catalogue.
+"""Prometheus alerting rules, built from the instrument catalogue for one :class:`Stack`.
 
-``scripts/generate.py`` writes them to ``config/prometheus/alerts.yml``; a
-test fails when the committed file differs. Change a threshold in
-:data:`THRESHOLDS`, the scrape job's selector or the links in :data:`LINKS`,
-and regenerate.
+``run-otel generate`` (and ``scripts/generate.py``, with the defaults) writes them to
+``alerts.yml``; a test fails when the committed file differs. The thresholds, the scrape job and
+the links come from the ``[generate]`` section, the error-budget burn alerts from ``[slo]``.
 """
 
 from __future__ import annotations
 
 import re
 
-from ..config import FeedbackConfig
 from ..telemetry import instruments as I
+from .slo import slo_groups
+from .stack import Stack
 
-THRESHOLDS: dict = {
-    # share of finished runs, over WINDOW, with at least MIN_RUNS runs in it
-    "run_failure_ratio": 0.10,
-    "run_fallback_ratio": 0.20,
-    "min_runs": 20,
-    # share of one tool's calls, with at least MIN_TOOL_CALLS calls of it
-    "tool_error_ratio": 0.25,
-    "min_tool_calls": 20,
-    "window": "10m",
-    "for": "15m",
-    # no successful poll for this long (seconds)
-    "stall_seconds": 300,
-    # run ids not yet exported, and still growing over BACKLOG_WINDOW, held for BACKLOG_FOR
-    "backlog_runs": 500,
-    "backlog_window": "15m",
-    "backlog_for": "15m",
-    # share of ratings that are negative (feedback.negative), over FEEDBACK_WINDOW, with at
-    # least MIN_FEEDBACK ratings in it: users rate a few runs in a hundred, so a longer window
-    "negative_feedback_ratio": 0.30,
-    "min_feedback": 10,
-    "feedback_window": "1h",
-    "feedback_for": "30m",
-    # runs waiting to finish, held for STUCK_FOR
-    "pending_runs": 100,
-    "stuck_for": "30m",
-    # the checkpoint above the newest run, held this long: a deleted newest run clears within it
-    "ahead_for": "5m",
-}
-
-# Where an alert's links point. The runbook is docs/runbook.md of this repository: set
-# runbook to where your copy is served (e.g. its page on your Git host) and regenerate.
-LINKS: dict = {
-    "runbook": "docs/runbook.md",
-    "grafana": "http://localhost:3000",
-}
-
+# The defaults, as the committed files have them.
+DEFAULT = Stack()
+THRESHOLDS: dict = DEFAULT.thresholds
 # Selects run-otel's own series. The shipped scrape config names the job run-otel.
-SELECTOR = f'job="{I.JOB}"'
+SELECTOR = DEFAULT.selector
 
 HEALTH_DASHBOARD, RUNS_DASHBOARD, RAG_DASHBOARD = "run-otel-health", "run-otel-runs", "run-otel-rag"
 CRITICAL, WARNING, INFO = "critical", "warning", "info"
@@ -64,32 +31,39 @@ def since_last_success(selector: str = SELECTOR) -> str:
     return f"time() - ({last}{{{selector}}} or on (job, instance) {started}{{{selector}}})"
 
 
-def stalled_expression(selector: str = SELECTOR) -> str:
+def stalled_expression(selector: str, stall_seconds: float) -> str:
     """Per instance (and so per shard); an HA standby, which does not poll, is left out."""
     standby = f"{I.STANDBY.prometheus}{{{selector}}}"
-    return f"({since_last_success(selector)}) > {THRESHOLDS['stall_seconds']}\nunless on (job, instance) ({standby} == 1)"
+    return f"({since_last_success(selector)}) > {stall_seconds}\nunless on (job, instance) ({standby} == 1)"
 
 
 class _Rules:
-    """The rules for one job selector: every series is selected, and every ratio grouped, by job."""
+    """The rules for one stack: every series is selected, and every ratio grouped, by its job."""
 
-    def __init__(self, selector: str):
-        self.selector = selector
+    def __init__(self, stack: Stack):
+        self.stack, self.selector, self.t = stack, stack.selector, stack.thresholds
 
     def series(self, name: str, matchers: str = "") -> str:
         return f"{name}{{{', '.join(m for m in (self.selector, matchers) if m)}}}"
 
     def ratio(self, name: str, matchers: str, by: str = "job", window: str = "") -> str:
-        window = window or THRESHOLDS["window"]
+        window = window or self.t["window"]
         part, whole = self.series(name, matchers), self.series(name)
         return f"sum by ({by}) (rate({part}[{window}])) / sum by ({by}) (rate({whole}[{window}]))"
 
     def traffic(self, name: str, by: str = "job", window: str = "") -> str:
-        return f"sum by ({by}) (increase({self.series(name)}[{window or THRESHOLDS['window']}]))"
+        return f"sum by ({by}) (increase({self.series(name)}[{window or self.t['window']}]))"
 
 
 def _rule(
-    alert: str, expr: str, severity: str, summary: str, description: str, for_: str = "", dashboard: str = HEALTH_DASHBOARD
+    r: _Rules,
+    alert: str,
+    expr: str,
+    severity: str,
+    summary: str,
+    description: str,
+    for_: str = "",
+    dashboard: str = HEALTH_DASHBOARD,
 ) -> dict:
     rule: dict = {"alert": alert, "expr": expr}
     if for_:
@@ -98,8 +72,8 @@ def _rule(
     rule["annotations"] = {
         "summary": summary,
         "description": description,
-        "runbook_url": f"{LINKS['runbook']}#{alert.lower()}",
-        "dashboard_url": f"{LINKS['grafana']}/d/{dashboard}",
+        "runbook_url": r.stack.runbook_url(alert),
+        "dashboard_url": r.stack.dashboard_url(dashboard),
     }
     return rule
 
@@ -107,39 +81,41 @@ def _rule(
 def _run_ratio_rule(r: _Rules, alert: str, status: str, threshold: float, what: str, severity: str) -> dict:
     runs = I.RUNS.prometheus
     return _rule(
+        r,
         alert,
-        f"({r.ratio(runs, f'status={chr(34)}{status}{chr(34)}')}) > "
-        f"{threshold}\nand\n{r.traffic(runs)} >= {THRESHOLDS['min_runs']}",
+        f"({r.ratio(runs, f'status={chr(34)}{status}{chr(34)}')}) > {threshold}\nand\n{r.traffic(runs)} >= {r.t['min_runs']}",
         severity,
-        f"{{{{ $value | humanizePercentage }}}} of diagnosis runs {what} over {THRESHOLDS['window']}",
-        f"More than {threshold:.0%} of finished diagnosis runs ended {status} for {THRESHOLDS['for']} "
-        f"(at least {THRESHOLDS['min_runs']} runs per {THRESHOLDS['window']}). Open the traces: "
+        f"{{{{ $value | humanizePercentage }}}} of diagnosis runs {what} over {r.t['window']}",
+        f"More than {threshold:.0%} of finished diagnosis runs ended {status} for {r.t['for']} "
+        f"(at least {r.t['min_runs']} runs per {r.t['window']}). Open the traces: "
         f'TraceQL {{ {_SERVICE} && span.diagnosis.run.status = "{status}" }}, or in Jaeger search '
         f"service=diagnosis-agent with tag diagnosis.run.status={status}. Compare "
         "the RAG retrieval dashboard for a layer that stopped matching.",
-        THRESHOLDS["for"],
+        r.t["for"],
         RUNS_DASHBOARD,
     )
 
 
-def negative_feedback_rule(negative: list[str], selector: str = SELECTOR) -> dict:
-    r, feedback, window = _Rules(selector), I.FEEDBACK.prometheus, THRESHOLDS["feedback_window"]
+def negative_feedback_rule(negative: list[str] | tuple[str, ...], stack: Stack = DEFAULT) -> dict:
+    r, feedback = _Rules(stack), I.FEEDBACK.prometheus
+    window = r.t["feedback_window"]
     # The PromQL string holds an RE2 pattern: escape for the regex, then for the string.
     labels = "|".join(re.escape(label) for label in negative).replace("\\", "\\\\")
     # One label is an equality matcher, several a regex.
     matcher = f'feedback="{labels}"' if len(negative) == 1 else f'feedback=~"{labels}"'
     return _rule(
+        r,
         "DiagnosisNegativeFeedbackHigh",
-        f"({r.ratio(feedback, matcher, window=window)}) > {THRESHOLDS['negative_feedback_ratio']}\nand\n"
-        f"{r.traffic(feedback, window=window)} >= {THRESHOLDS['min_feedback']}",
+        f"({r.ratio(feedback, matcher, window=window)}) > {r.t['negative_feedback_ratio']}\nand\n"
+        f"{r.traffic(feedback, window=window)} >= {r.t['min_feedback']}",
         INFO,
         f"{{{{ $value | humanizePercentage }}}} of user ratings were negative over {window}",
-        f"More than {THRESHOLDS['negative_feedback_ratio']:.0%} of the ratings users gave ({', '.join(negative)}) "
-        f"were negative for {THRESHOLDS['feedback_for']} (at least {THRESHOLDS['min_feedback']} ratings per {window}). "
+        f"More than {r.t['negative_feedback_ratio']:.0%} of the ratings users gave ({', '.join(negative)}) "
+        f"were negative for {r.t['feedback_for']} (at least {r.t['min_feedback']} ratings per {window}). "
         "The ratings are spans in their runs' traces: "
         f'TraceQL {{ {_SERVICE} && span.gen_ai.evaluation.score.label = "{negative[0]}" }}. '
-        "The labels come from feedback.negative's default: for other labels, set that key and regenerate.",
-        THRESHOLDS["feedback_for"],
+        "The labels are feedback.negative's: for other labels, set that key and run `run-otel generate` again.",
+        r.t["feedback_for"],
         RUNS_DASHBOARD,
     )
 
@@ -147,30 +123,34 @@ def negative_feedback_rule(negative: list[str], selector: str = SELECTOR) -> dic
 def _run_rules(r: _Rules) -> list[dict]:
     tools = I.TOOL_INVOCATIONS.prometheus
     return [
-        _run_ratio_rule(r, "DiagnosisRunFailureRateHigh", "FAILED", THRESHOLDS["run_failure_ratio"], "failed", CRITICAL),
-        _run_ratio_rule(r, "DiagnosisRunFallbackRateHigh", "FALLBACK", THRESHOLDS["run_fallback_ratio"], "fell back", WARNING),
+        _run_ratio_rule(r, "DiagnosisRunFailureRateHigh", "FAILED", r.t["run_failure_ratio"], "failed", CRITICAL),
+        _run_ratio_rule(r, "DiagnosisRunFallbackRateHigh", "FALLBACK", r.t["run_fallback_ratio"], "fell back", WARNING),
         _rule(
+            r,
             "DiagnosisToolErrorRateHigh",
-            f"({r.ratio(tools, 'success=' + chr(34) + 'false' + chr(34), 'job, tool_name')}) > {THRESHOLDS['tool_error_ratio']}\n"
-            f"and\n{r.traffic(tools, 'job, tool_name')} >= {THRESHOLDS['min_tool_calls']}",
+            f"({r.ratio(tools, 'success=' + chr(34) + 'false' + chr(34), 'job, tool_name')}) > {r.t['tool_error_ratio']}\n"
+            f"and\n{r.traffic(tools, 'job, tool_name')} >= {r.t['min_tool_calls']}",
             WARNING,
             "Tool {{ $labels.tool_name }} fails {{ $value | humanizePercentage }} of its calls",
-            f"More than {THRESHOLDS['tool_error_ratio']:.0%} of {{{{ $labels.tool_name }}}} calls failed for "
-            f"{THRESHOLDS['for']}. Failing calls are ERROR spans with error.type=tool_error: TraceQL "
+            f"More than {r.t['tool_error_ratio']:.0%} of {{{{ $labels.tool_name }}}} calls failed for "
+            f"{r.t['for']}. Failing calls are ERROR spans with error.type=tool_error: TraceQL "
             f'{{ {_SERVICE} && span.gen_ai.tool.name = "{{{{ $labels.tool_name }}}}" && status = error }}.',
-            THRESHOLDS["for"],
+            r.t["for"],
             RAG_DASHBOARD,
         ),
-        negative_feedback_rule(FeedbackConfig().negative, r.selector),
+        negative_feedback_rule(r.stack.negative, r.stack),
         _rule(
+            r,
             "DiagnosisRunsStuckPending",
-            f"max by (job) ({r.series(I.PENDING_RUNS.prometheus)}) > {THRESHOLDS['pending_runs']}",
+            # One run is enough: sent as incomplete in the window, or still pending past stuck_seconds.
+            f"{r.traffic(I.INCOMPLETE_RUNS.prometheus, window=r.t['stuck_window'])} > 0\n"
+            f"or\nmax by (job) ({r.series(I.PENDING_OLDEST.prometheus)}) > {r.t['stuck_seconds']}",
             WARNING,
-            "{{ $value }} diagnosis runs have been waiting to finish",
-            f"More than {THRESHOLDS['pending_runs']} runs stayed PENDING or RUNNING for "
-            f"{THRESHOLDS['stuck_for']}: the agent may be stuck. They are exported as incomplete "
-            f"after poll.run_timeout_seconds: TraceQL {{ {_SERVICE} && span.diagnosis.run.incomplete = true }}.",
-            THRESHOLDS["stuck_for"],
+            "A diagnosis run did not finish: sent as incomplete, or pending too long",
+            f"A run was sent as incomplete in the last {r.t['stuck_window']} (still PENDING or RUNNING after "
+            f"poll.run_timeout_seconds), or a run has been pending for more than {r.t['stuck_seconds']} s: the agent "
+            f"may be stuck. TraceQL {{ {_SERVICE} && span.diagnosis.run.incomplete = true }}.",
+            r.t["stuck_for"],
             RUNS_DASHBOARD,
         ),
     ]
@@ -180,8 +160,9 @@ def _health_rules(r: _Rules) -> list[dict]:
     backlog = r.series(I.BACKLOG_RUNS.prometheus)
     return [
         _rule(
+            r,
             "RunOtelExportStalled",
-            stalled_expression(r.selector),
+            stalled_expression(r.selector, r.t["stall_seconds"]),
             CRITICAL,
             "run-otel {{ $labels.instance }} has not completed a poll for {{ $value | humanizeDuration }}",
             "Traces from this instance (or shard) are not reaching Jaeger/Tempo; if it never "
@@ -191,17 +172,19 @@ def _health_rules(r: _Rules) -> list[dict]:
             "5m",
         ),
         _rule(
+            r,
             "RunOtelBacklogGrowing",
-            f"{backlog} > {THRESHOLDS['backlog_runs']}\nand\nderiv({backlog}[{THRESHOLDS['backlog_window']}]) > 0",
+            f"{backlog} > {r.t['backlog_runs']}\nand\nderiv({backlog}[{r.t['backlog_window']}]) > 0",
             WARNING,
             "run-otel {{ $labels.instance }} shard {{ $labels.shard }} is {{ $value }} runs behind and falling further",
-            f"More than {THRESHOLDS['backlog_runs']} run ids wait above the checkpoint and the backlog "
-            f"kept growing for {THRESHOLDS['backlog_for']}: the agent writes faster than this instance exports. "
+            f"More than {r.t['backlog_runs']} run ids wait above the checkpoint and the backlog "
+            f"kept growing for {r.t['backlog_for']}: the agent writes faster than this instance exports. "
             "See `run-otel status`, run_otel_lag_seconds and the poll duration; add shards (--shard) "
             "or raise poll.batch_size.",
-            THRESHOLDS["backlog_for"],
+            r.t["backlog_for"],
         ),
         _rule(
+            r,
             "RunOtelDown",
             f"up{{{r.selector}}} == 0 or absent(up{{{r.selector}}})",
             CRITICAL,
@@ -212,24 +195,27 @@ def _health_rules(r: _Rules) -> list[dict]:
             "5m",
         ),
         _rule(
+            r,
             "RunOtelSpansRejected",
             f"{r.traffic(I.REJECTED_SPANS.prometheus)} > 0",
             WARNING,
-            "The OTLP receiver rejected {{ $value | humanize }} spans from run-otel in the last " + THRESHOLDS["window"],
+            "The OTLP receiver rejected {{ $value | humanize }} spans from run-otel in the last " + r.t["window"],
             "The receiver acknowledged the requests but refused some spans (OTLP partial_success): those "
             "spans are not in Jaeger/Tempo and are not re-sent. The bridge's log names the receiver's reason; "
             "usually a limit on the receiver (attribute size, spans per trace, ingestion rate).",
         ),
         _rule(
+            r,
             "RunOtelSpansDropped",
-            f"sum by (job, reason) (increase({r.series(I.DROPPED_SPANS.prometheus)}[{THRESHOLDS['window']}])) > 0",
+            f"sum by (job, reason) (increase({r.series(I.DROPPED_SPANS.prometheus)}[{r.t['window']}])) > 0",
             WARNING,
-            "run-otel dropped {{ $value | humanize }} spans ({{ $labels.reason }}) in the last " + THRESHOLDS["window"],
+            "run-otel dropped {{ $value | humanize }} spans ({{ $labels.reason }}) in the last " + r.t["window"],
             "run-otel gave up on these spans after splitting the request and cutting the span failed, so "
             "the runs behind them could go on: their traces miss those spans. The bridge's log names the run "
             "and the span; raise the receiver's message size limit or lower export.max_request_bytes.",
         ),
         _rule(
+            r,
             "RunOtelCheckpointAheadOfSource",
             f"max by (job, shard) ({r.series(I.CHECKPOINT_AHEAD.prometheus)}) > 0",
             CRITICAL,
@@ -237,11 +223,12 @@ def _health_rules(r: _Rules) -> list[dict]:
             "The source database went backwards (restored from an older backup, or its ids were reset): "
             "new runs reuse ids the checkpoint has passed, and are skipped until an operator acts. Stop the "
             "bridge and run the `run-otel rewind --since …` that its log line and `run-otel check` name.",
-            THRESHOLDS["ahead_for"],
+            r.t["ahead_for"],
         ),
     ]
 
 
-def rules(selector: str = SELECTOR) -> dict:
-    r = _Rules(selector)
-    return {"groups": [{"name": "diagnosis-runs", "rules": _run_rules(r)}, {"name": "run-otel", "rules": _health_rules(r)}]}
+def rules(stack: Stack = DEFAULT) -> dict:
+    r = _Rules(stack)
+    groups = [{"name": "diagnosis-runs", "rules": _run_rules(r)}, {"name": "run-otel", "rules": _health_rules(r)}]
+    return {"groups": groups + slo_groups(stack, _SERVICE)}

@@ -6,7 +6,7 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders.dashboard import Dashboard, Row
 
 from ..telemetry import instruments as I
-from .alerts import HEALTH_DASHBOARD, RAG_DASHBOARD, RUNS_DASHBOARD, THRESHOLDS, since_last_success
+from .alerts import HEALTH_DASHBOARD, RAG_DASHBOARD, RUNS_DASHBOARD, since_last_success
 from .dashboard_kit import (
     BLUE,
     INSTANCE,
@@ -24,13 +24,15 @@ from .dashboard_kit import (
     stat_panel,
     thresholds,
 )
+from .stack import Stack
 
 WHERE = selector(JOB, INSTANCE)
 SHARDS = selector(JOB, INSTANCE, SHARD)
 
 
-def _stats(d: Dashboard) -> Dashboard:
-    stall, pending, backlog = THRESHOLDS["stall_seconds"], THRESHOLDS["pending_runs"], THRESHOLDS["backlog_runs"]
+def _stats(d: Dashboard, stack: Stack) -> Dashboard:
+    t = stack.thresholds
+    stall, pending, backlog, stuck = t["stall_seconds"], t["pending_runs"], t["backlog_runs"], t["stuck_seconds"]
     lost = (
         f"sum(increase({I.REJECTED_SPANS.prometheus}{WHERE}[$__range])) "
         f"+ sum(increase({I.DROPPED_SPANS.prometheus}{WHERE}[$__range]))"
@@ -61,9 +63,29 @@ def _stats(d: Dashboard) -> Dashboard:
                 "Pending runs",
                 "short",
                 "Runs the checkpoint holds as PENDING or RUNNING, from the first poll attempt. "
-                f"Red at {pending}: DiagnosisRunsStuckPending.",
+                f"Red at {pending}: many in flight at once.",
                 query(f"max({I.PENDING_RUNS.prometheus}{WHERE})"),
                 thresholds((pending / 2, YELLOW), (pending, RED)),
+            )
+        )
+        .with_panel(
+            stat_panel(
+                "Longest pending run",
+                "s",
+                "How long the longest-waiting pending run has waited since first seen, worst instance. "
+                f"Red at {stuck} s: DiagnosisRunsStuckPending.",
+                query(f"max({I.PENDING_OLDEST.prometheus}{WHERE})"),
+                thresholds((stuck / 2, YELLOW), (stuck, RED)),
+            )
+        )
+        .with_panel(
+            stat_panel(
+                "Runs sent incomplete",
+                "short",
+                "Runs still PENDING or RUNNING after poll.run_timeout_seconds, sent as incomplete in the dashboard's "
+                "time range. Red from 1: DiagnosisRunsStuckPending.",
+                query(f"sum(increase({I.INCOMPLETE_RUNS.prometheus}{WHERE}[$__range]))"),
+                thresholds((1, RED)),
             )
         )
         .with_panel(
@@ -118,7 +140,7 @@ def _stats(d: Dashboard) -> Dashboard:
     )
 
 
-def _series(d: Dashboard) -> Dashboard:
+def _series(d: Dashboard, stack: Stack) -> Dashboard:
     delay, poll = I.EXPORT_DELAY.series("_bucket"), I.POLL_DURATION.series("_bucket")
     started, last = I.START_TIME.prometheus, I.LAST_SUCCESS.prometheus
     return (
@@ -128,7 +150,7 @@ def _series(d: Dashboard) -> Dashboard:
                 "Since last successful poll, per instance",
                 "s",
                 "One line per instance or shard, counted from its start when it never succeeded; "
-                f"RunOtelExportStalled fires per line above {THRESHOLDS['stall_seconds']} s.",
+                f"RunOtelExportStalled fires per line above {stack.thresholds['stall_seconds']} s.",
                 query(since_last_success(WHERE[1:-1]), "{{instance}}"),
             )
         )
@@ -218,7 +240,7 @@ def _series(d: Dashboard) -> Dashboard:
     )
 
 
-def health_dashboard() -> Dashboard:
+def health_dashboard(stack: Stack) -> Dashboard:
     links = [dashboard_link("Diagnosis runs", RUNS_DASHBOARD), dashboard_link("RAG retrieval", RAG_DASHBOARD)]
     d = (
         base(
@@ -226,6 +248,7 @@ def health_dashboard() -> Dashboard:
             "run-otel exporter health",
             "Is the bridge keeping up? Lag, pending runs, failures, last success.",
             links,
+            stack,
         )
         .with_variable(
             label_variable("instance", I.START_TIME.prometheus).query(
@@ -236,4 +259,4 @@ def health_dashboard() -> Dashboard:
             label_variable("shard", I.BACKLOG_RUNS.prometheus).query(f"label_values({I.BACKLOG_RUNS.prometheus}{{{JOB}}}, shard)")
         )
     )
-    return _series(_stats(d))
+    return _series(_stats(d, stack), stack)

@@ -31,6 +31,7 @@ from grafana_foundation_sdk.models.dashboard import (
 )
 
 from ..telemetry import instruments as I
+from .stack import Stack
 
 PROMETHEUS = DataSourceRef(type_val="prometheus", uid="${prometheus_datasource}")
 SERVICE = "diagnosis-agent"
@@ -105,7 +106,7 @@ def explore(datasource: str, search: dict) -> str:
     return "/explore?schemaVersion=1&panes=" + quote(json.dumps(pane, separators=(",", ":")), safe="${}_")
 
 
-def failed_run_links() -> list:
+def failed_run_links(stack: Stack) -> list:
     """Links from run panels to the failed runs' traces, in Tempo and in Jaeger."""
     traceql = f'{{ resource.service.name = "{SERVICE}" && span.diagnosis.run.status = "FAILED" }}'
     return [
@@ -115,12 +116,17 @@ def failed_run_links() -> list:
         .target_blank(True),
         DashboardLink("Failed runs in Jaeger")
         .type(DashboardLinkType.LINK)
-        .url(explore("jaeger", {"queryType": "search", "service": SERVICE, "tags": "diagnosis.run.status=FAILED"}))
+        .url(
+            explore(
+                stack.generate.jaeger_datasource_uid,
+                {"queryType": "search", "service": SERVICE, "tags": "diagnosis.run.status=FAILED"},
+            )
+        )
         .target_blank(True),
     ]
 
 
-def trace_search_links() -> list:
+def trace_search_links(stack: Stack) -> list:
     """The agent's traces in the dashboard's time range, in Tempo and in Jaeger."""
     traceql = f'{{ resource.service.name = "{SERVICE}" }}'
     return [
@@ -130,7 +136,7 @@ def trace_search_links() -> list:
         .target_blank(True),
         DashboardLink("Traces in this window (Jaeger)")
         .type(DashboardLinkType.LINK)
-        .url(explore("jaeger", {"queryType": "search", "service": SERVICE}))
+        .url(explore(stack.generate.jaeger_datasource_uid, {"queryType": "search", "service": SERVICE}))
         .target_blank(True),
     ]
 
@@ -154,7 +160,7 @@ def label_variable(name: str, metric: str) -> QueryVariable:
     )
 
 
-def base(uid: str, title: str, description: str, links: list) -> Dashboard:
+def base(uid: str, title: str, description: str, links: list, stack: Stack) -> Dashboard:
     """Provisioned read-only, with a shared crosshair, and the job variable every query selects on."""
     return (
         Dashboard(title)
@@ -167,16 +173,22 @@ def base(uid: str, title: str, description: str, links: list) -> Dashboard:
         .readonly()
         .tooltip(DashboardCursorSync.CROSSHAIR)
         .links(links)
-        .with_variable(DatasourceVariable("prometheus_datasource").label("Prometheus data source").type("prometheus"))
-        .with_variable(DatasourceVariable("tempo_datasource").label("Tempo data source").type("tempo"))
-        .with_variable(job_variable())
+        .with_variable(datasource_variable("prometheus", stack.generate.prometheus_datasource_uid))
+        .with_variable(datasource_variable("tempo", stack.generate.tempo_datasource_uid))
+        .with_variable(job_variable(stack.job))
     )
 
 
-def job_variable() -> QueryVariable:
-    """The jobs that scrape a run-otel, the shipped scrape config's by default: All would also count
+def datasource_variable(kind: str, uid: str) -> DatasourceVariable:
+    """A data source picker; with a uid, that data source is selected when the dashboard opens."""
+    built = DatasourceVariable(f"{kind}_datasource").label(f"{kind.title()} data source").type(kind)
+    return built.current(VariableOption(text=uid, value=uid, selected=True)) if uid else built
+
+
+def job_variable(job: str) -> QueryVariable:
+    """The jobs that scrape a run-otel, the configured scrape job by default: All would also count
     every other job's up series."""
-    return label_variable("job", I.START_TIME.prometheus).current(VariableOption(text=I.JOB, value=I.JOB, selected=True))
+    return label_variable("job", I.START_TIME.prometheus).current(VariableOption(text=job, value=job, selected=True))
 
 
 def run_metric_variable() -> QueryVariable:

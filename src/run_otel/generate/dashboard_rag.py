@@ -6,7 +6,7 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders.dashboard import Dashboard, Row
 
 from ..telemetry import instruments as I
-from .alerts import HEALTH_DASHBOARD, RAG_DASHBOARD, RUNS_DASHBOARD, THRESHOLDS
+from .alerts import HEALTH_DASHBOARD, RAG_DASHBOARD, RUNS_DASHBOARD
 from .dashboard_kit import (
     EXEMPLAR_NOTE,
     JOB,
@@ -25,6 +25,7 @@ from .dashboard_kit import (
     thresholds,
     trace_search_links,
 )
+from .stack import Stack
 
 TOOLS = I.TOOL_INVOCATIONS.prometheus
 RETRIEVAL = selector(JOB, 'retrieval_layer!="none"')
@@ -34,7 +35,7 @@ def _calls(by: str, where: str = RETRIEVAL) -> str:
     return f"sum by ({by}) (rate({TOOLS}{where}[{RATE}]))" if by else f"sum(rate({TOOLS}{where}[{RATE}]))"
 
 
-def _layer_panels(d: Dashboard) -> Dashboard:
+def _layer_panels(d: Dashboard, stack: Stack) -> Dashboard:
     runs = I.RUNS.prometheus
     finished = f"sum(rate({runs}{selector(JOB)}[{RATE}]))"
     zero = f"sum(rate({I.ZERO_MATCH.prometheus}{selector(JOB)}[{RATE}]))"
@@ -63,7 +64,7 @@ def _layer_panels(d: Dashboard) -> Dashboard:
                 query(f"sum(rate({runs}{selector(JOB, eq('status', 'FALLBACK'))}[{RATE}])) / {finished}", "fallback"),
                 query(f"sum(rate({runs}{selector(JOB, eq('status', 'FAILED'))}[{RATE}])) / {finished}", "failed"),
                 query(f"{zero} / {_calls('')}", "retrieval matched nothing"),
-            ).links(failed_run_links())
+            ).links(failed_run_links(stack))
         )
         .with_panel(
             panel(
@@ -148,7 +149,7 @@ def _quality_panels(d: Dashboard) -> Dashboard:
     )
 
 
-def _tool_panels(d: Dashboard) -> Dashboard:
+def _tool_panels(d: Dashboard, stack: Stack) -> Dashboard:
     duration = I.TOOL_DURATION.series("_bucket")
     where = selector(JOB)
     quantiles = (0.5, 0.95, 0.99)
@@ -187,7 +188,7 @@ def _tool_panels(d: Dashboard) -> Dashboard:
             panel(
                 "Error rate per tool",
                 "percentunit",
-                f"Share of each tool's calls that failed; the alert fires above {THRESHOLDS['tool_error_ratio']:.0%} "
+                f"Share of each tool's calls that failed; the alert fires above {stack.thresholds['tool_error_ratio']:.0%} "
                 "with 20 calls in 10 minutes. The links open failed runs' traces.",
                 query(
                     f"sum by (tool_name) (rate({TOOLS}{selector(JOB, eq('success', 'false'))}[{RATE}])) "
@@ -195,21 +196,22 @@ def _tool_panels(d: Dashboard) -> Dashboard:
                     "{{tool_name}}",
                 ),
                 width=24,
-            ).links(failed_run_links())
+            ).links(failed_run_links(stack))
         )
     )
 
 
-def rag_dashboard() -> Dashboard:
+def rag_dashboard(stack: Stack) -> Dashboard:
     links = [
         dashboard_link("Diagnosis runs", RUNS_DASHBOARD),
         dashboard_link("run-otel exporter health", HEALTH_DASHBOARD),
-        *trace_search_links(),
+        *trace_search_links(stack),
     ]
     d = base(
         RAG_DASHBOARD,
         "RAG retrieval",
         "How the agent's L0/L1 retrieval layers behave: mix, matches, relevance, dedup, latency.",
         links,
+        stack,
     )
-    return _tool_panels(_quality_panels(_layer_panels(d)))
+    return _tool_panels(_quality_panels(_layer_panels(d, stack)), stack)

@@ -13,9 +13,8 @@ from typing import Any
 from grafana_foundation_sdk.builders.dashboard import Dashboard, Row
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 
-from ..config import FeedbackConfig
 from ..telemetry import instruments as I
-from .alerts import HEALTH_DASHBOARD, RAG_DASHBOARD, RUNS_DASHBOARD, THRESHOLDS
+from .alerts import HEALTH_DASHBOARD, RAG_DASHBOARD, RUNS_DASHBOARD
 from .dashboard_health import health_dashboard
 from .dashboard_kit import (
     EXEMPLAR_NOTE,
@@ -35,11 +34,13 @@ from .dashboard_kit import (
     thresholds,
 )
 from .dashboard_rag import rag_dashboard
+from .slo_panels import error_budget_panels
+from .stack import Stack
 
 INTENT = 'intent=~"$intent"'
 
 
-def runs_dashboard() -> Dashboard:
+def runs_dashboard(stack: Stack) -> Dashboard:
     runs, where = I.RUNS.prometheus, selector(JOB, INTENT)
     finished = f"sum(rate({runs}{where}[{RATE}]))"
 
@@ -48,23 +49,25 @@ def runs_dashboard() -> Dashboard:
 
     duration = I.RUN_DURATION.series("_bucket")
     feedback, tokens = I.FEEDBACK.prometheus, I.RUN_TOKENS.prometheus
-    negative = FeedbackConfig().negative
+    negative = list(stack.negative)
     negative_matcher = eq("feedback", negative[0]) if len(negative) == 1 else f'feedback=~"{"|".join(negative)}"'
-    failure, fallback = THRESHOLDS["run_failure_ratio"], THRESHOLDS["run_fallback_ratio"]
+    t = stack.thresholds
+    failure, fallback = t["run_failure_ratio"], t["run_fallback_ratio"]
     links = [dashboard_link("RAG retrieval", RAG_DASHBOARD), dashboard_link("run-otel exporter health", HEALTH_DASHBOARD)]
-    return (
+    board = (
         base(
             RUNS_DASHBOARD,
             "Diagnosis runs",
             "Outcomes, failure and fallback rate, duration and tokens of the agent's runs.",
             links,
+            stack,
         )
         .with_variable(run_metric_variable())
         .with_row(Row("Outcomes"))
         .with_panel(
             stat_panel(
                 "Runs / min", "short", "Finished runs exported per minute, all outcomes.", query(f"{finished} * 60"), thresholds()
-            ).links(failed_run_links())
+            ).links(failed_run_links(stack))
         )
         .with_panel(
             stat_panel(
@@ -74,7 +77,7 @@ def runs_dashboard() -> Dashboard:
                 "(the alert also needs 20 runs in 10 minutes and holds for 15).",
                 query(share("FAILED")),
                 thresholds((failure / 2, YELLOW), (failure, RED)),
-            ).links(failed_run_links())
+            ).links(failed_run_links(stack))
         )
         .with_panel(
             stat_panel(
@@ -100,7 +103,7 @@ def runs_dashboard() -> Dashboard:
                 "reqps",
                 "Finished runs per second by status. The links open the failed runs' traces.",
                 query(f"sum by (status) (rate({runs}{where}[{RATE}]))", "{{status}}"),
-            ).links(failed_run_links())
+            ).links(failed_run_links(stack))
         )
         .with_panel(
             panel(
@@ -110,7 +113,7 @@ def runs_dashboard() -> Dashboard:
                 "the RAG retrieval dashboard's layer mix at the same time.",
                 query(share("FAILED"), "failed"),
                 query(share("FALLBACK"), "fallback"),
-            ).links(failed_run_links())
+            ).links(failed_run_links(stack))
         )
         .with_panel(
             panel(
@@ -157,7 +160,7 @@ def runs_dashboard() -> Dashboard:
                 "Negative feedback share",
                 "percentunit",
                 "Share of ratings in feedback.negative. Ratings are sparse, so each point covers at least 15 minutes; "
-                f"the alert looks at {THRESHOLDS['feedback_window']} and needs {THRESHOLDS['min_feedback']} ratings.",
+                f"the alert looks at {t['feedback_window']} and needs {t['min_feedback']} ratings.",
                 query(
                     f"sum(rate({feedback}{selector(JOB, negative_matcher, INTENT)}[{RATE}])) "
                     f"/ sum(rate({feedback}{where}[{RATE}]))",
@@ -166,14 +169,15 @@ def runs_dashboard() -> Dashboard:
             ).interval("15m")
         )
     )
+    return error_budget_panels(board, stack)
 
 
-DASHBOARDS = {
+DASHBOARDS: dict[str, Callable[[Stack], Dashboard]] = {
     "diagnosis-runs.json": runs_dashboard,
     "rag-retrieval.json": rag_dashboard,
     "exporter-health.json": health_dashboard,
 }
 
 
-def render(factory: Callable[[], Any]) -> str:
-    return JSONEncoder(sort_keys=True, indent=2).encode(factory().build()) + "\n"
+def render(factory: Callable[[Stack], Any], stack: Stack) -> str:
+    return JSONEncoder(sort_keys=True, indent=2).encode(factory(stack).build()) + "\n"

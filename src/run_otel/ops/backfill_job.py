@@ -13,12 +13,13 @@ from dataclasses import dataclass, field
 
 from ..config import Config
 from ..export.sinks import ExportError
-from ..factory import build_backfill, build_parts, build_source, start_metrics
+from ..factory import build_backfill, build_history, build_parts, build_source, start_metrics
 from ..mapping.span_data import trace_id_for
 from ..pipeline.backfill import Plan, Window, order_warning, plan, resume_hint
-from ..pipeline.results import PollResult
+from ..pipeline.results import PollResult, Recorder, Tee
 from ..source.clock import zone_finding
 from ..source.reader import Source, SourceError
+from .metrics_history import MetricsRequest, Written, warn_step, write_history
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,8 @@ class BackfillOutcome:
     seconds: float = 0.0
     warning: str | None = None  # ids may be out of created_at order: runs may have been missed
     failure: str | None = None  # why it stopped early, with the resume line
+    metrics: Written | None = None  # the --metrics-out file, when the backfill finished
+    metrics_note: str | None = None  # why there is none
 
     def add(self, result: PollResult, cursor: int) -> None:
         self.read_to = cursor
@@ -53,12 +56,20 @@ def run_backfill(
     with_metrics: bool,
     progress: Progress,
     workers: int = 1,
+    metrics_out: MetricsRequest | None = None,
 ) -> BackfillOutcome:
-    """``ids`` is (--from-id, --to-id, --full-scan); ``workers`` > 1 splits the range over processes."""
+    """``ids`` is (--from-id, --to-id, --full-scan); ``workers`` > 1 splits the range over processes.
+    ``metrics_out`` also writes the exported runs' metrics history (one process only)."""
     if workers > 1:
         return _run_in_parts(config, window, ids, progress, workers)
+    # The history first: a window it cannot cover fails before a metrics port is bound.
+    history = build_history(config, window, metrics_out.step) if metrics_out else None
     metrics, server = start_metrics(config) if with_metrics else (None, None)
-    with build_parts(config, recorder=metrics) as parts:
+    if metrics_out is not None:
+        metrics_out = metrics_out.labelled(config.generate.job)
+        warn_step(metrics_out)
+    recorders: list[Recorder] = [r for r in (metrics, history) if r is not None]
+    with build_parts(config, recorder=Tee(*recorders) if recorders else None) as parts:
         backfill = build_backfill(parts)
         ids_plan = plan(parts.source, window, *ids)
         shifted = shifted_window(parts.source, window)
@@ -79,7 +90,7 @@ def run_backfill(
 
                 try:
                     backfill.run(
-                        ids_plan.first_id, ids_plan.last_id, on_batch, record_metrics=with_metrics, created_in=window.contains
+                        ids_plan.first_id, ids_plan.last_id, on_batch, record_metrics=bool(recorders), created_in=window.contains
                     )
                 except (SourceError, ExportError) as exc:  # what was sent stays sent: say where to resume
                     error = exc
@@ -97,7 +108,18 @@ def run_backfill(
             outcome.failure = f"{error}; stopped after run id {outcome.read_to}: {resume}"
         elif backfill.stop_requested.is_set() and outcome.read_to < ids_plan.last_id:
             outcome.failure = f"stopped by SIGTERM after run id {outcome.read_to}: {resume}"
-        return outcome
+    if metrics_out is not None and outcome.failure is not None:
+        outcome.metrics_note = f"metrics: not written to {metrics_out.path}: a history of part of the window reads as a drop"
+    if history is not None and metrics_out is not None and outcome.failure is None:
+        # A history of part of the window would read as a drop in traffic: only a finished backfill writes one.
+        try:
+            outcome.metrics = write_history(history, metrics_out, progress)
+        except OSError as exc:  # a full disk, say: the traces are sent, only the file is missing
+            outcome.failure = (
+                f"the runs were sent, but the metrics history could not be written to {metrics_out.path} "
+                f"({exc.strerror}); run the backfill again to write it"
+            )
+    return outcome
 
 
 def shifted_window(source: Source, window: Window) -> str | None:

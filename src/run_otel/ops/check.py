@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from sqlalchemy import inspect, text
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
-from ..config import Config, ConfigError
+from ..config import Config, ConfigError, SourceConfig, StateConfig
 from ..export.sinks import ExportError
 from ..factory import build_probe_sink, build_source, build_store
 from ..mapping.feedback_vocab import unmapped_in_window
@@ -41,8 +44,16 @@ class Finding:
 
 
 def run_checks(config: Config, clock: Callable[[], float] = time.time) -> Iterator[Finding]:
-    """Each check's verdict; ``clock`` is this host's, which the database's is compared with."""
+    """Each check's verdict; reads only: no store, file or table is created, whatever the
+    config points at. ``clock`` is this host's, which the database's is compared with."""
     yield Finding(OK, "config", "valid")
+    yield from _check_demo_defaults(config)
+    missing = _missing_sqlite_file(config.source.url)
+    if missing:
+        yield Finding(FAIL, "source.url", f"no SQLite database at {missing} (check creates none)")
+        yield from _check_state(config)
+        yield from _check_endpoint(config)
+        return
     try:
         source = build_source(config)
     except ConfigError as exc:  # a driver that SQLAlchemy does not know, or that is not installed
@@ -71,6 +82,27 @@ def run_checks(config: Config, clock: Callable[[], float] = time.time) -> Iterat
         source.close()
     yield from _check_state(config)
     yield from _check_endpoint(config)
+
+
+def _check_demo_defaults(config: Config) -> Iterator[Finding]:
+    """The defaults are the demo's SQLite files in the working directory: right for `run-otel demo`, never for a deployment."""
+    if config.source.url == SourceConfig().url:
+        yield Finding(WARN, "source.url", f"still the demo's default ({config.source.url}): set it to the agent's MySQL database")
+    if config.state.url == StateConfig().url:
+        yield Finding(
+            WARN,
+            "state.url",
+            f"still the default ({config.state.url}), a file relative to the working directory: set an absolute "
+            "path such as sqlite:////var/lib/run-otel/state.db, or a database URL",
+        )
+
+
+def _missing_sqlite_file(url: str) -> str:
+    """The file a SQLite URL names when it does not exist (connecting would create it), else ""."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return ""
+    return "" if Path(parsed.database or "").is_file() else str(parsed.database)
 
 
 def _check_columns(config: Config, source: Source) -> Iterator[Finding]:
@@ -249,12 +281,21 @@ def _check_feedback_values(config: Config, source: Source) -> Iterator[Finding]:
 
 
 def _check_state(config: Config) -> Iterator[Finding]:
+    missing = _missing_sqlite_file(config.state.url)
+    if missing:
+        folder = Path(missing).absolute().parent
+        if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+            yield Finding(FAIL, "state store", f"{missing} does not exist, and {folder} is not a directory run-otel can write")
+        else:
+            yield Finding(OK, "state store", f"{missing} does not exist yet: `run-otel run` creates it in {folder}")
+        return
     try:
-        store = build_store(config)
+        store = build_store(config, create=False)
         saved = store.load()
         store.close()
     except (CheckpointError, ConfigError) as exc:
-        yield Finding(FAIL, "state store", str(exc))
+        level = OK if "has no checkpoint table yet" in str(exc) else FAIL
+        yield Finding(level, "state store", f"{exc}: `run-otel run` creates it" if level == OK else str(exc))
         return
     where = "no checkpoint yet" if saved is None else f"checkpoint at run id {saved.high_water}"
     yield Finding(OK, "state store", f"{store.describe()}: {where}")

@@ -1,4 +1,4 @@
-"""Seeing and steering a deployment: `once`, `status`, `rewind`, `export` and `show`.
+"""Seeing and steering a deployment: `once`, `status`, `rewind`, `export`, `show`, `health` and `generate`.
 
 Each gets its parts from the factory, closes them, and returns plain values;
 the CLI renders them.
@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
+from pathlib import Path
 
 from ..config import Config
 from ..mapping.span_data import MappedRun, trace_id_for
@@ -250,6 +251,16 @@ def health(config: Config, live: bool) -> tuple[str, bool, str]:
     url = probe_url(config.metrics.host, config.metrics.port, "/healthz" if live else "/readyz")
     healthy, why = probe(url)
     return url, healthy, why
+
+
+def generate_files(config: Config, directory: Path) -> tuple[list[Path], list[str]]:
+    """(the files written into ``directory``, the settings plausibly wrong for a real stack), from
+    [generate], [slo] and the feedback labels. Raises ImportError without the generate extra."""
+    from ..generate.artifacts import write
+    from ..generate.stack import stack_of, warnings
+
+    stack = stack_of(config.generate, config.slo, config.feedback)
+    return write(directory, stack), warnings(stack)
 
 
 def probe_url(host: str, port: int, path: str) -> str:

@@ -56,6 +56,7 @@ class Poller:
         self._checkpoint_pending = 0  # the last loaded checkpoint's, for the gauge when a poll fails
         self._missed_once: set[int] = set()  # pending runs the last poll did not find
         self._offset = 0.0  # the database's clock minus this host's, measured each poll
+        self._waiting_since: float | None = None  # the first seen time of the longest-waiting pending run
         # The checkpoint is one shard's: the store says which.
         self._shard = shard = store.shard
         where = f"{store.name} in {store.describe()}"
@@ -84,18 +85,28 @@ class Poller:
             if self._late is not None:
                 self._late.run()
         except Exception:
-            self._recorder.poll_finished(self._clock() - started, ok=False, pending=self._checkpoint_pending)
+            self._recorder.poll_finished(
+                self._clock() - started, ok=False, pending=self._checkpoint_pending, oldest_pending=self._oldest_pending()
+            )
             self._record_backlog()  # an outage is when the backlog matters most
             raise
-        self._recorder.poll_finished(self._clock() - started, ok=True, pending=total.pending)
+        self._recorder.poll_finished(
+            self._clock() - started, ok=True, pending=total.pending, oldest_pending=self._oldest_pending()
+        )
         self._record_backlog()
         return total
+
+    def _oldest_pending(self) -> float:
+        """Seconds the longest-waiting pending run has waited since first seen (0 with none): one
+        stuck run shows here long before the pending count stands out."""
+        return 0.0 if self._waiting_since is None else max(self._clock() - self._waiting_since, 0.0)
 
     # -- one batch ----------------------------------------------------------
 
     def _poll_batch(self) -> PollResult:
         checkpoint = self._load_checkpoint()
         self._high_water, self._checkpoint_pending = checkpoint.high_water, len(checkpoint.pending)
+        self._waiting_since = min(checkpoint.pending.values(), default=None)
         self._check_zone_once()
         now = self._clock() + self._offset  # the database's time: settle and timeouts compare its timestamps
         new_runs = self._source.runs_after(checkpoint.high_water, self._poll.batch_size)
@@ -128,6 +139,7 @@ class Poller:
             self._late.remember(watched)
         self._high_water = following.high_water
         result.pending, result.gaps = len(following.pending), len(following.gaps)
+        self._waiting_since = min(following.pending.values(), default=None)
         result.full_batch = len(new_runs) >= self._poll.batch_size
         result.next_settle_at = decided.next_settle_at
         try:

@@ -79,7 +79,8 @@ class Recorder:
 
     def export_failed(self) -> None: ...
 
-    def poll_finished(self, seconds: float, ok: bool, pending: int) -> None: ...
+    def poll_finished(self, seconds: float, ok: bool, pending: int, oldest_pending: float = 0.0) -> None:
+        """``oldest_pending``: seconds the longest-waiting pending run has waited since first seen."""
 
     def row_warnings(self, count: int) -> None: ...
 
@@ -98,3 +99,42 @@ class Recorder:
     def spans_dropped(self, reason: str, count: int) -> None: ...
 
     def checkpoint_ahead(self, runs: int) -> None: ...
+
+
+class Tee(Recorder):
+    """Tells every recorder given (the live metrics and a backfill's history, say) what happened."""
+
+    def __init__(self, *recorders: Recorder):
+        self._recorders = recorders
+
+    def runs_exported(self, result: PollResult, acked_at: float) -> None:
+        for recorder in self._recorders:
+            recorder.runs_exported(result, acked_at)
+
+    def export_failed(self) -> None:
+        for recorder in self._recorders:
+            recorder.export_failed()
+
+    def poll_finished(self, seconds: float, ok: bool, pending: int, oldest_pending: float = 0.0) -> None:
+        for recorder in self._recorders:
+            recorder.poll_finished(seconds, ok, pending, oldest_pending)
+
+    def row_warnings(self, count: int) -> None:
+        for recorder in self._recorders:
+            recorder.row_warnings(count)
+
+    def backlog(self, runs: int, seconds: float | None) -> None:
+        for recorder in self._recorders:
+            recorder.backlog(runs, seconds)
+
+    def feedback_sent(self, rows: Sequence[FeedbackRow]) -> None:
+        for recorder in self._recorders:
+            recorder.feedback_sent(rows)
+
+    def spans_dropped(self, reason: str, count: int) -> None:
+        for recorder in self._recorders:
+            recorder.spans_dropped(reason, count)
+
+    def checkpoint_ahead(self, runs: int) -> None:
+        for recorder in self._recorders:
+            recorder.checkpoint_ahead(runs)

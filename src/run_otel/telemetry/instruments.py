@@ -122,6 +122,15 @@ EXPORT_DELAY = Instrument(
     "run_otel.export.delay", HISTOGRAM, "s", "From a run being settled to its acknowledgement.", (), DELAY_BUCKETS
 )
 PENDING_RUNS = Instrument("run_otel.pending.runs", GAUGE, "{run}", "Runs waiting to finish or settle.")
+PENDING_OLDEST = Instrument(
+    "run_otel.pending.oldest_age",
+    GAUGE,
+    "s",
+    "How long the longest-waiting pending run has waited since first seen; 0 with none.",
+)
+INCOMPLETE_RUNS = Instrument(
+    "run_otel.incomplete.runs", COUNTER, "{run}", "Runs sent as incomplete: still unfinished after poll.run_timeout_seconds."
+)
 LAST_SUCCESS = Instrument("run_otel.last_success.timestamp", GAUGE, "s", "Unix time of the last successful poll.")
 BACKLOG_RUNS = Instrument(
     "run_otel.backlog.runs", GAUGE, "{run}", "Run ids between the checkpoint and the newest run.", ("shard",)
@@ -151,6 +160,8 @@ HEALTH_INSTRUMENTS = (
     POLL_DURATION,
     EXPORT_DELAY,
     PENDING_RUNS,
+    PENDING_OLDEST,
+    INCOMPLETE_RUNS,
     LAST_SUCCESS,
     START_TIME,
     STANDBY,
@@ -162,3 +173,5 @@ ALL = RUN_INSTRUMENTS + HEALTH_INSTRUMENTS
 
 # Prometheus job name used by the shipped scrape config, alerts and dashboards.
 JOB = "run-otel"
+# The instance label the shipped scrape config gives the daemon (its target).
+INSTANCE = "run-otel:9464"

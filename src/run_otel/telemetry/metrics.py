@@ -26,41 +26,30 @@ from prometheus_client.exposition import choose_encoder
 from .. import __version__
 from ..config import ExportConfig, FeedbackConfig, MetricsConfig
 from ..mapping import attributes as A
-from ..mapping.span_data import MAX_DURATION_MS, root_span_id_for, tool_span_id_for, trace_id_for
+from ..mapping.span_data import tool_span_id_for, trace_id_for
 from ..pipeline.poller import PollResult, Recorder
 from ..pipeline.results import LateRun
 from ..sharding import Shard, shard_name
-from ..source.rows import (
-    INTENTS,
-    RELEASE_OUTCOMES,
-    RELEVANCE_LEVELS,
-    RETRIEVAL_LAYERS,
-    TERMINAL_STATUSES,
-    WAITING_STATUSES,
-    FeedbackRow,
-    ToolRow,
-)
+from ..source.rows import INTENTS, FeedbackRow
 from . import instruments as I
 from .exemplars import ExemplarCollector, ExemplarStore, span_context
+from .measurements import (
+    NONE,
+    OTHER,
+    STATUSES,
+    Measurement,
+    label,
+    run_measurements,
+    tool_measurements,
+    tool_zero_series,
+    zero_series,
+)
+
+__all__ = ["NONE", "OTHER", "STATUSES", "BridgeMetrics", "HealthServer", "label", "metric_readers", "readiness"]
 
 log = logging.getLogger(__name__)
 
-NONE = "none"
-OTHER = "other"
 LATE_KINDS = ("tool", "completion")  # run_otel_late_rows_total's: a tool row after its run's export, a late finish
-
-
-def label(value: object, known: frozenset | None = None) -> str:
-    """A low-cardinality label: "none" for NULL, "other" for a value outside ``known``."""
-    if value is None:
-        return NONE
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    text = str(value)
-    return text if known is None or text in known else OTHER
-
-
-_STATUSES = TERMINAL_STATUSES | {s for s in WAITING_STATUSES if s}
 
 
 class BridgeMetrics(Recorder):
@@ -86,6 +75,7 @@ class BridgeMetrics(Recorder):
         meter = self.provider.get_meter("run_otel", __version__)
         self._settle = settle_seconds
         self._feedback = feedback
+        self._tools_seen: set[tuple[str, bool]] = set()
         self._shard = shard_name(shard)
         self._i: dict[str, Any] = {}
         factories: dict[str, Callable[..., Any]] = {
@@ -108,15 +98,15 @@ class BridgeMetrics(Recorder):
         self._zero_run_counters()
 
     def _zero_run_counters(self) -> None:
-        """Starts the usual run series at 0, so rate() sees the first runs after a restart."""
-        for status in sorted(TERMINAL_STATUSES):
-            for intent in sorted(INTENTS):
-                self._get(I.RUNS).add(0, I.RUNS.labelled(status, intent, status))
+        """Starts the enum-labelled series at 0, so rate() sees the first runs after a restart."""
+        for instrument, values in zero_series():
+            self._get(instrument).add(0, instrument.labelled(*values))
         self._get(I.EXPORTED_SPANS).add(0)
         self._get(I.EXPORT_FAILURES).add(0)
         self._get(I.REJECTED_SPANS).add(0)
         self._get(I.ROW_WARNINGS).add(0)
         self._get(I.PENDING_DELETED).add(0)
+        self._get(I.INCOMPLETE_RUNS).add(0)
         self._get(I.DROPPED_SPANS).add(0, I.DROPPED_SPANS.labelled("too_large"))
         for kind in LATE_KINDS:
             self._get(I.LATE_ROWS).add(0, I.LATE_ROWS.labelled(kind))
@@ -130,24 +120,13 @@ class BridgeMetrics(Recorder):
 
     def runs_exported(self, result: PollResult, acked_at: float) -> None:
         for exported in result.runs:
-            run = exported.run
-            status = label(run.status, _STATUSES)
-            intent = label(run.intent, INTENTS)
-            # Every measurement of a run carries its span as an exemplar: one click from a bucket to the trace.
-            trace_id, root_id = trace_id_for(run.run_id), root_span_id_for(run.run_id)
-            context = span_context(trace_id, root_id)
-            runs = I.RUNS.labelled(status, intent, label(run.release_outcome, RELEASE_OUTCOMES))
-            self._get(I.RUNS).add(1, runs, context=context)
-            if status == "FAILED":
-                self._exemplars.record(I.RUNS, runs, trace_id, root_id)
-            if run.total_duration_ms is not None and 0 <= run.total_duration_ms <= MAX_DURATION_MS:
-                seconds, labels = run.total_duration_ms / 1000, I.RUN_DURATION.labelled(status, intent)
-                self._get(I.RUN_DURATION).record(seconds, labels, context=context)
-                self._exemplars.record(I.RUN_DURATION, labels, trace_id, root_id, seconds)
-            if run.total_token_count:
-                self._get(I.RUN_TOKENS).add(max(run.total_token_count, 0), I.RUN_TOKENS.labelled(intent))
             for tool in exported.tools:
-                self._record_tool(tool, trace_id, tool_span_id_for(run.run_id, tool.id))
+                self._first_call(tool.tool_name, tool.retrieval_layer is not None)
+            # Ratings are counted as the feedback pass sends them (feedback_sent), not at export.
+            for measurement in run_measurements(exported, None):
+                self._measure(measurement)
+            if exported.incomplete:
+                self._get(I.INCOMPLETE_RUNS).add(1)
             if exported.settled_at is not None:
                 self._get(I.EXPORT_DELAY).record(max(acked_at - exported.settled_at - self._settle, 0.0))
         # Only what the receiver took: rejected and dropped spans have counters of their own.
@@ -155,27 +134,25 @@ class BridgeMetrics(Recorder):
         if result.rejected_spans:
             self._get(I.REJECTED_SPANS).add(result.rejected_spans)
 
-    def _record_tool(self, tool: ToolRow, trace_id: bytes, span_id: bytes) -> None:
-        name = label(tool.tool_name)
-        success = label(tool.success)
-        layer = label(tool.retrieval_layer, RETRIEVAL_LAYERS)
-        relevance = label(tool.relevance_level, RELEVANCE_LEVELS)
-        context = span_context(trace_id, span_id)
-        invocations = I.TOOL_INVOCATIONS.labelled(name, layer, relevance, success)
-        self._get(I.TOOL_INVOCATIONS).add(1, invocations, context=context)
-        if tool.success is False:
-            self._exemplars.record(I.TOOL_INVOCATIONS, invocations, trace_id, span_id)
-        if tool.duration_ms is not None and 0 <= tool.duration_ms <= MAX_DURATION_MS:
-            seconds, labels = tool.duration_ms / 1000, I.TOOL_DURATION.labelled(name, layer, success)
-            self._get(I.TOOL_DURATION).record(seconds, labels, context=context)
-            self._exemplars.record(I.TOOL_DURATION, labels, trace_id, span_id, seconds)
-        for layer_name, count in (("L0", tool.l0_match_count), ("L1", tool.l1_match_count)):
-            if count and count > 0:
-                self._get(I.RAG_MATCHES).add(count, I.RAG_MATCHES.labelled(layer_name, name))
-        if tool.dedup_reason is not None:
-            self._get(I.DEDUP).add(1, I.DEDUP.labelled(label(tool.dedup_reason), name))
-        if tool.retrieval_layer is not None and not (tool.l0_match_count or 0) and not (tool.l1_match_count or 0):
-            self._get(I.ZERO_MATCH).add(1, I.ZERO_MATCH.labelled(layer, name))
+    def _measure(self, m: Measurement) -> None:
+        """One increment or observation, with its span as the exemplar: one click from a bucket to the trace."""
+        labels = m.instrument.labelled(*m.labels)
+        context = span_context(m.trace_id, m.span_id)
+        if m.instrument.kind == I.HISTOGRAM:
+            self._get(m.instrument).record(m.value, labels, context=context)
+        else:
+            self._get(m.instrument).add(m.value, labels, context=context)
+        if m.keep_exemplar:
+            self._exemplars.record(m.instrument, labels, m.trace_id, m.span_id, m.value)
+
+    def _first_call(self, tool_name: str | None, retrieval: bool) -> None:
+        """A tool's first call starts its sibling series at 0, so their first increments show in rate()."""
+        key = (label(tool_name), retrieval)
+        if key in self._tools_seen:
+            return
+        self._tools_seen.add(key)
+        for instrument, values in tool_zero_series(key[0], retrieval):
+            self._get(instrument).add(0, instrument.labelled(*values))
 
     def feedback_sent(self, rows: Sequence[FeedbackRow]) -> None:
         for row in rows:
@@ -187,7 +164,9 @@ class BridgeMetrics(Recorder):
         for item in runs:
             trace_id = trace_id_for(item.run.run_id)
             for tool in item.late_tools:
-                self._record_tool(tool, trace_id, tool_span_id_for(item.run.run_id, tool.id))
+                self._first_call(tool.tool_name, tool.retrieval_layer is not None)
+                for measurement in tool_measurements(tool, trace_id, tool_span_id_for(item.run.run_id, tool.id)):
+                    self._measure(measurement)
             if item.late_ids:
                 self._get(I.LATE_ROWS).add(len(item.late_ids), I.LATE_ROWS.labelled("tool"))
             if item.completed:
@@ -209,7 +188,7 @@ class BridgeMetrics(Recorder):
     def export_failed(self) -> None:
         self._get(I.EXPORT_FAILURES).add(1)
 
-    def poll_finished(self, seconds: float, ok: bool, pending: int) -> None:
+    def poll_finished(self, seconds: float, ok: bool, pending: int, oldest_pending: float = 0.0) -> None:
         self._get(I.POLL_DURATION).record(seconds, I.POLL_DURATION.labelled("ok" if ok else "error"))
         with self._lock:
             self.last_poll_ok = ok
@@ -218,6 +197,7 @@ class BridgeMetrics(Recorder):
                 self._get(I.LAST_SUCCESS).set(self.last_success)
             # Set on a failed poll too (the checkpoint's count), so a first deploy that never succeeds shows it.
             self._get(I.PENDING_RUNS).set(pending)
+            self._get(I.PENDING_OLDEST).set(oldest_pending)
 
     def backlog(self, runs: int, seconds: float | None) -> None:
         self._get(I.BACKLOG_RUNS).set(runs, I.BACKLOG_RUNS.labelled(self._shard))

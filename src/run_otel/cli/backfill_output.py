@@ -1,0 +1,111 @@
+"""What `backfill` writes besides the traces: the --metrics-out options, and the summary it prints."""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from ..telemetry import instruments as I
+from .options import EXIT_USAGE, fail
+
+if TYPE_CHECKING:
+    from ..config import Config
+    from ..ops.metrics_history import MetricsRequest
+    from ..pipeline.backfill import Window
+
+
+_OPTIONS = (
+    click.option(
+        "--metrics-out",
+        type=click.Path(dir_okay=False, writable=True, path_type=Path),
+        default=None,
+        help="Also write the run, tool, RAG and feedback metrics of the backfilled runs to this file as "
+        "OpenMetrics, a sample per series every --metrics-step from --since on, for "
+        "`promtool tsdb create-blocks-from openmetrics` (docs/operations.md). Needs --since.",
+    ),
+    click.option(
+        "--metrics-step",
+        type=click.IntRange(min=1),
+        default=60,
+        show_default=True,
+        help="Seconds between two samples of a series, as the scrape interval would be.",
+    ),
+    click.option(
+        "--metrics-job",
+        default=None,
+        help="The job label the daemon's scrape gives it. Default: [generate] job (run-otel), which the "
+        "generated rules and dashboards select on and the shipped Prometheus config's scrape sets.",
+    ),
+    click.option(
+        "--metrics-instance",
+        default=I.INSTANCE,
+        show_default=True,
+        help="The instance label: the daemon's scrape target, or a name of its own (`backfill`) to keep "
+        "the history apart from the live series.",
+    ),
+)
+
+
+def metrics_out_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Adds the --metrics-* options; the command gets them as one ``metrics_out`` (None without a file)."""
+
+    @functools.wraps(command)
+    def wrapper(
+        *args: Any, metrics_out: Path | None, metrics_step: int, metrics_job: str | None, metrics_instance: str, **kw: Any
+    ) -> Any:
+        from ..ops.metrics_history import MetricsRequest
+
+        request = MetricsRequest(metrics_out, metrics_step, metrics_job, metrics_instance) if metrics_out else None
+        if metrics_out:
+            _check_writable(metrics_out)
+        return command(*args, metrics_out=request, **kw)
+
+    for option in reversed(_OPTIONS):
+        wrapper = option(wrapper)
+    return wrapper
+
+
+def _check_writable(path: Path) -> None:
+    """Before the backfill, not after an hour of it: the file's folder must exist and take files."""
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        fail(f"--metrics-out {path}: the folder {folder} does not exist", EXIT_USAGE)
+    if not os.access(folder, os.W_OK):
+        fail(f"--metrics-out {path}: the folder {folder} is not writable", EXIT_USAGE)
+
+
+def backfill_and_report(
+    config: Config, window: Window, ids: tuple, with_metrics: bool, workers: int, metrics_out: MetricsRequest | None
+) -> None:
+    from rich.console import Console
+
+    from ..ops.backfill_job import run_backfill
+    from ..pipeline.backfill import where_to_find
+    from ..telemetry.history import HistoryWindowError
+    from .render import progress_task, trace_links
+
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
+    try:
+        outcome = run_backfill(config, window, ids, with_metrics, progress_task(console), workers, metrics_out)
+    except HistoryWindowError as exc:
+        fail(str(exc), EXIT_USAGE)
+    total = outcome.total
+    click.echo(f"backfilled {total.run_count} runs ({total.spans} spans) {window.describe()} in {outcome.seconds:.1f}s")
+    for line in where_to_find(outcome.first_trace, outcome.last_trace, outcome.total.in_flight):
+        click.echo(line)
+    for label, trace_id in (("first", outcome.first_trace), ("last", outcome.last_trace)) if outcome.first_trace else ():
+        for link in trace_links(config, trace_id):
+            click.echo(f"open {label}: {link}")
+    if outcome.metrics:
+        click.echo(outcome.metrics.describe())
+    if outcome.warning:
+        console.print(f"[bold red]WARNING:[/] {outcome.warning}")
+    if outcome.metrics_note:
+        console.print(outcome.metrics_note)
+    if outcome.failure:
+        fail(outcome.failure)
