@@ -19,7 +19,16 @@ from run_otel.mapping.span_data import trace_id_for
 from run_otel.ops.demo import generate
 from run_otel.pipeline.results import ExportedRun, PollResult
 from run_otel.source.clock import SourceClock
-from run_otel.source.rows import INTENTS, RELEVANCE_LEVELS, RETRIEVAL_LAYERS, TERMINAL_STATUSES, RunRow, ToolRow
+from run_otel.source.rows import (
+    INTENTS,
+    RELEVANCE_LEVELS,
+    RETRIEVAL_LAYERS,
+    TERMINAL_STATUSES,
+    FeedbackRow,
+    RunRow,
+    ToolRow,
+    is_terminal,
+)
 from run_otel.telemetry import instruments as I
 from run_otel.telemetry.history import Grid, MetricsHistory
 from run_otel.telemetry.openmetrics import write_openmetrics
@@ -152,6 +161,10 @@ def test_the_history_has_the_series_names_labels_buckets_and_totals_of_metrics()
     runs = exported_runs()
     metrics = build_metrics(build_config({}))
     metrics.runs_exported(PollResult(runs=runs), 0.0)
+    # Live, a run's rating is counted as the backfill's ratings sender sends it, beside the export.
+    rated = [r.run for r in runs if r.run.feedback is not None and is_terminal(r.run.status)]
+    assert rated  # the demo mix has ratings, so the feedback family is compared too
+    metrics.feedback_sent([FeedbackRow(r.id, r.run_id, r.intent, r.feedback, r.updated_at) for r in rated])
     served = scrape(metrics)
     metrics.shutdown()
     run_families = tuple(i.prometheus for i in I.RUN_INSTRUMENTS)

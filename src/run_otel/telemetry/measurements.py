@@ -19,6 +19,7 @@ from ..source.rows import (
     TERMINAL_STATUSES,
     WAITING_STATUSES,
     ToolRow,
+    is_terminal,
 )
 from ..source.rows import RELEASE_OUTCOMES as _OUTCOMES
 from . import instruments as I
@@ -61,8 +62,9 @@ def run_measurements(exported: ExportedRun, feedback_label: FeedbackLabel) -> It
     yield Measurement(I.RUNS, (status, intent, outcome), 1, trace_id, root_id, status == "FAILED")
     if run.total_duration_ms is not None and 0 <= run.total_duration_ms <= MAX_DURATION_MS:
         yield Measurement(I.RUN_DURATION, (status, intent), run.total_duration_ms / 1000, trace_id, root_id, True)
-    if run.feedback is not None and feedback_label is not None:
-        # Exported with its rating: counted here, once; later changes count when the recheck sends them.
+    if run.feedback is not None and feedback_label is not None and is_terminal(run.status):
+        # The history's count of the ratings a backfill sends with the runs (a timed-out run's is
+        # not final, so not sent); the live metrics count them as the feedback pass sends them.
         yield Measurement(I.FEEDBACK, (feedback_label(run.feedback) or OTHER, intent), 1, trace_id, root_id)
     if run.total_token_count:
         yield Measurement(I.RUN_TOKENS, (intent,), max(run.total_token_count, 0), trace_id, root_id)
