@@ -19,7 +19,17 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from sqlalchemy.engine import make_url
 
 from ..otel_env import otel_environment
-from .sections import CONFIG_ENV, ENV_PREFIX, SECTIONS, TLS_MODES, VERIFYING_TLS_MODES, Config, ConfigError, SourceConfig
+from .sections import (
+    CONFIG_ENV,
+    ENV_PREFIX,
+    SECTIONS,
+    TLS_MODES,
+    VERIFYING_TLS_MODES,
+    Config,
+    ConfigError,
+    ExportConfig,
+    SourceConfig,
+)
 
 # (section, key, validator, message): checks beyond the type.
 _CHOICES = {
@@ -42,6 +52,7 @@ _POSITIVE = {
     ("poll", "retry_initial_seconds"),
     ("poll", "retry_max_seconds"),
     ("export", "timeout_seconds"),
+    ("export", "max_timeout_seconds"),
     ("export", "max_attempts"),
     ("content", "max_length"),
     ("trace", "max_spans_per_trace"),
@@ -234,6 +245,7 @@ def _validate(config: Config) -> None:
         except re.error as exc:
             raise ConfigError(f"content.redact: bad regex {pattern!r}: {exc}") from None
     _validate_tls(config.source)
+    _validate_export_tls(config.export)
     for section in ("source", "state"):
         try:
             make_url(getattr(config, section).url)
@@ -257,3 +269,24 @@ def _validate_tls(source: SourceConfig) -> None:
         raise ConfigError(
             f"source.tls_cert needs source.tls_mode required, verify_ca or verify_identity, not {source.tls_mode!r}"
         )
+
+
+def _validate_export_tls(export: ExportConfig) -> None:
+    """The PEM files for the receiver: present, and each client key with its certificate."""
+    for key in (
+        "certificate",
+        "client_certificate",
+        "client_key",
+        "logs_certificate",
+        "logs_client_certificate",
+        "logs_client_key",
+    ):
+        path = getattr(export, key)
+        if path and not Path(path).is_file():
+            raise ConfigError(f"export.{key}: no such file: {path}")
+    for prefix in ("", "logs_"):
+        cert, key = getattr(export, f"{prefix}client_certificate"), getattr(export, f"{prefix}client_key")
+        if bool(cert) != bool(key):
+            raise ConfigError(
+                f"export.{prefix}client_certificate and export.{prefix}client_key go together (mTLS): set both or neither"
+            )

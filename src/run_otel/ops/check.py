@@ -12,6 +12,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from ..config import Config, ConfigError
 from ..export.sinks import ExportError, build_sink
+from ..export.transport import transport_warnings
 from ..mapping.feedback_vocab import unmapped_in_window
 from ..pipeline.checkpoint import CheckpointError, CheckpointStore
 from ..sharding import shard_from_name
@@ -259,6 +260,8 @@ def _check_endpoint(config: Config) -> Iterator[Finding]:
     quick = replace(
         config, export=replace(config.export, max_attempts=1, timeout_seconds=min(5.0, config.export.timeout_seconds))
     )
+    for warning in transport_warnings(config.export, config.export_endpoint()):
+        yield Finding(WARN, "otlp transport", warning)
     sink = build_sink(quick)
     try:
         # An empty request is valid OTLP: it proves the endpoint speaks it, and exports nothing.

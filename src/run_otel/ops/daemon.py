@@ -5,6 +5,12 @@ backoff, at the time the log line announces. ``/healthz`` fails when a poll
 has made no progress for ``poll.stuck_after_seconds``. On SIGTERM the batch in
 flight gets ``poll.shutdown_timeout_seconds`` to finish and checkpoint; past
 that the process exits 1 without saving it, so it is re-sent after a restart.
+
+After an export failure the receiver is probed with an empty request every
+``poll.interval_seconds``: once a probe that failed succeeds, the receiver is
+back, and the poll runs then rather than at the end of a backoff of up to
+``poll.retry_max_seconds``. A receiver that answers the first probe failed for
+another reason, and the backoff stands.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from typing import TYPE_CHECKING
 from .. import __version__
 from ..config import Config
 from ..export.sinks import ExportError
+from ..export.transport import transport_warnings
 from ..factory import build_feedback, build_parts, build_poller, start_metrics
 from ..pipeline.checkpoint import CheckpointError
 from ..pipeline.results import PollResult
@@ -73,6 +80,8 @@ class Daemon:
             self.store_lock.__enter__()
         self.metrics, self.server = start_metrics(config, alive=self.alive)
         parts = build_parts(config, recorder=self.metrics)
+        self._sink = parts.sink
+        self._receiver_seen_down = False
         self.poller = build_poller(parts, keep_going=self._holding)
         self.feedback = build_feedback(parts)
         self._feedback_due = 0.0  # time.monotonic() of the next feedback pass
@@ -165,8 +174,40 @@ class Daemon:
         delay = self._backoff(self._failures)
         self._retry_at = time.monotonic() + delay
         self._wake_at(time.time() + delay, "retry")
+        if isinstance(exc, ExportError) and self._scheduler is not None and self._scheduler.get_job("probe") is None:
+            self._receiver_seen_down = False
+            self._scheduler.add_job(
+                self._probe_receiver, "interval", seconds=self._config.poll.interval_seconds, id="probe", max_instances=1
+            )
         known = isinstance(exc, (SourceError, ExportError, CheckpointError))
         log.error("%s (%s); retrying in %.1fs", what, exc if known else f"{exc.__class__.__name__}: {exc}", delay)
+
+    def _probe_receiver(self) -> None:
+        """During an export backoff: is the receiver back? One empty request, silent when it fails."""
+        if not self._failures or self._stop.is_set():
+            self._unschedule("probe")
+            return
+        try:
+            self._sink.probe()
+        except ExportError:
+            self._receiver_seen_down = True
+            return
+        self._unschedule("probe")
+        if self._receiver_seen_down and self._retry_at > time.monotonic():
+            log.info(
+                "%s answers again; polling now rather than in %.0fs", self._sink.describe(), self._retry_at - time.monotonic()
+            )
+            self._retry_at = 0.0
+            self._wake_at(time.time(), "retry")
+
+    def _unschedule(self, job_id: str) -> None:
+        from apscheduler.jobstores.base import JobLookupError
+
+        if self._scheduler is not None:
+            try:
+                self._scheduler.remove_job(job_id)
+            except JobLookupError:  # removed meanwhile
+                pass
 
     def _feedback_pass(self) -> None:
         """Every feedback.interval_seconds, after a good poll, in the same tick: never beside a poll.
@@ -211,6 +252,8 @@ class Daemon:
         signal.signal(signal.SIGTERM, self.stop)
         signal.signal(signal.SIGINT, self.stop)
         log.info("run-otel %s starting: %s", __version__, effective_settings(self._config))
+        for warning in transport_warnings(self._config.export, self._config.export_endpoint()):
+            log.warning(warning)
         scheduler.start()
         self._stop.wait()
         self._shutdown(scheduler)

@@ -61,6 +61,9 @@ class Recorder:
 
     def export_failed(self) -> None: ...
 
+    def request_acknowledged(self) -> None:
+        """One request of a batch was acknowledged: progress, even while the batch goes on."""
+
     def poll_finished(self, seconds: float, ok: bool, pending: int) -> None: ...
 
     def row_warnings(self, count: int) -> None: ...
