@@ -10,7 +10,7 @@ import pytest
 
 from run_otel.config import ConfigError, build_config, load_config
 from run_otel.export.deadline import Deadline
-from run_otel.export.transport import explain, grpc_target, logs_tls, traces_tls, transport_warnings
+from run_otel.export.transport import Explained, explain, grpc_target, logs_tls, traces_tls, transport_warnings
 from run_otel.telemetry.metrics import BridgeMetrics, readiness
 
 # -- the deadline -------------------------------------------------------------------
@@ -144,12 +144,15 @@ def test_a_header_that_is_no_credential_is_not_warned():
 
 def test_the_hints_name_the_setting_to_change():
     verify = explain("UNAVAILABLE: Ssl handshake failed: CERTIFICATE_VERIFY_FAILED", "grpc", "h:4317")
-    assert verify.startswith("TLS verification failed") and "export.certificate" in verify
+    assert verify.text.startswith("TLS verification failed") and "export.certificate" in verify.text and verify.permanent
     mtls = explain("UNAVAILABLE: Ssl handshake failed: TLSV13_ALERT_CERTIFICATE_REQUIRED", "grpc", "h:4317")
-    assert "export.client_certificate" in mtls
+    assert "export.client_certificate" in mtls.text and mtls.permanent
+    closed = explain("UNAVAILABLE: ipv4:127.0.0.1:4317: Socket closed", "grpc", "h:4317", tls_without_client=True)
+    assert "export.client_certificate" in closed.text and not closed.permanent  # a restarting receiver says the same
+    assert explain("UNAVAILABLE: Socket closed", "grpc", "h:4317").text == "UNAVAILABLE: Socket closed"
     http1 = explain("UNAVAILABLE: Trying to connect an http1.x server (HTTP status 400)", "grpc", "h:4318")
-    assert 'export.protocol = "http/protobuf"' in http1
-    assert explain("UNAVAILABLE: Connection refused", "grpc", "h:4317") == "UNAVAILABLE: Connection refused"
+    assert 'export.protocol = "http/protobuf"' in http1.text and http1.permanent
+    assert explain("UNAVAILABLE: Connection refused", "grpc", "h:4317") == Explained("UNAVAILABLE: Connection refused")
 
 
 # -- readiness while a backlog drains ------------------------------------------------------------

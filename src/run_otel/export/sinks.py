@@ -161,6 +161,7 @@ class GrpcSink:
         tls = tls or traces_tls(config.export)
         where = grpc_target(self._endpoint, config.export, tls)
         self._target = where.target
+        self._tls_without_client = where.secure and not tls.cert
         options = [("grpc.max_send_message_length", 64 * 1024 * 1024)]
         self._channel = (
             grpc.secure_channel(self._target, grpc.ssl_channel_credentials(*tls.read()), options=options)
@@ -194,14 +195,12 @@ class GrpcSink:
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
                 raise _Retryable(f"DEADLINE_EXCEEDED: {self._deadline.exceeded(deadline)}") from None
-            said = f"{exc.code().name}: {exc.details()}"
-            reason = explain(said, "grpc", self._endpoint)
+            reason = explain(f"{exc.code().name}: {exc.details()}", "grpc", self._endpoint, self._tls_without_client)
             if _too_large(exc.code(), exc.details()):
-                raise TooLarge(f"{self.describe()}: {reason}") from None
-            if exc.code() in _RETRYABLE_GRPC and reason == said:
-                raise _Retryable(reason, grpc_retry_delay(exc)) from None
-            # Explained: a TLS or protocol mismatch, which the same request meets again at once.
-            raise ExportError(f"{self.describe()}: {reason}") from None
+                raise TooLarge(f"{self.describe()}: {reason.text}") from None
+            if exc.code() in _RETRYABLE_GRPC and not reason.permanent:
+                raise _Retryable(reason.text, grpc_retry_delay(exc)) from None
+            raise ExportError(f"{self.describe()}: {reason.text}") from None
         self._deadline.answered(time.monotonic() - started)
         return _ack_from(response)
 
@@ -220,8 +219,8 @@ class HttpSink:
         self._requests = requests
         self._session = requests.Session()
         tls = tls or traces_tls(config.export)
-        self._session.verify = tls.requests_verify()
-        self._session.cert = tls.requests_cert()
+        # Per request, not on the session: requests lets REQUESTS_CA_BUNDLE beat a session's CA.
+        self._verify, self._cert = tls.requests_verify(), tls.requests_cert()
         self._headers = {"Content-Type": "application/x-protobuf", **config.export.headers}
         self._gzip = config.export.compression == "gzip"
         if self._gzip:
@@ -244,12 +243,13 @@ class HttpSink:
     def _send_once(self, body: bytes) -> Ack:
         deadline, started = self._deadline.seconds, time.monotonic()
         try:
-            response = self._session.post(self._url, data=body, headers=self._headers, timeout=deadline)
+            response = self._session.post(
+                self._url, data=body, headers=self._headers, timeout=deadline, verify=self._verify, cert=self._cert
+            )
         except self._requests.exceptions.SSLError as exc:
             # A TLS failure is the same at every attempt: said with what to set, not retried here.
-            raise ExportError(
-                f"{self.describe()}: {explain(f'SSLError: {_innermost(exc)}', 'http/protobuf', self._url)}"
-            ) from None
+            reason = explain(f"SSLError: {_innermost(exc)}", "http/protobuf", self._url)
+            raise ExportError(f"{self.describe()}: {reason.text}") from None
         except self._requests.Timeout as exc:
             if isinstance(exc, self._requests.ConnectTimeout):
                 raise _Retryable("ConnectTimeout") from None

@@ -122,24 +122,39 @@ def transport_warnings(export: ExportConfig, endpoint: str) -> list[str]:
 _TLS_VERIFY = ("certificate_verify_failed", "certificate verify failed")
 _TLS_HANDSHAKE = ("ssl handshake failed", "sslv3_alert", "tlsv1_alert", "tlsv13_alert", "ssl routines", "sslerror")
 _HTTP1 = ("failed parsing http/2", "trying to connect an http1.x server", "http status 400", "http/1.")
+# gRPC's words when a receiver that wants a client certificate hangs up in the handshake.
+_CLOSED = ("socket closed", "connection reset")
+_MTLS = (
+    "if the receiver requires a client certificate (mTLS), set export.client_certificate and export.client_key "
+    "(OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE, …_CLIENT_KEY)"
+)
 
 
-def explain(reason: str, protocol: str, endpoint: str) -> str:
+@dataclass(frozen=True)
+class Explained:
+    text: str
+    # The same request meets it again at once: a TLS or protocol mismatch, not a passing outage.
+    permanent: bool = False
+
+
+def explain(reason: str, protocol: str, endpoint: str, tls_without_client: bool = False) -> Explained:
     """``reason`` with the hint that names the setting to change, when the words say which."""
     text = reason.lower()
     if any(word in text for word in _TLS_VERIFY):
-        return (
+        return Explained(
             f"TLS verification failed: the receiver's certificate is not signed by a CA this host trusts ({reason}); "
-            "set export.certificate (OTEL_EXPORTER_OTLP_CERTIFICATE) to the PEM of the CA that signed it"
+            "set export.certificate (OTEL_EXPORTER_OTLP_CERTIFICATE) to the PEM of the CA that signed it",
+            permanent=True,
         )
     if any(word in text for word in _TLS_HANDSHAKE):
-        return (
-            f"TLS handshake refused ({reason}); if the receiver requires a client certificate (mTLS), set "
-            "export.client_certificate and export.client_key (OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE, …_CLIENT_KEY)"
-        )
+        return Explained(f"TLS handshake refused ({reason}); {_MTLS}", permanent=True)
     if protocol == "grpc" and any(word in text for word in _HTTP1):
-        return (
+        return Explained(
             f'{endpoint} answers HTTP/1.1, not gRPC ({reason}): set export.protocol = "http/protobuf" for an OTLP/HTTP '
-            "port (4318), or point export.endpoint at the receiver's gRPC port (4317)"
+            "port (4318), or point export.endpoint at the receiver's gRPC port (4317)",
+            permanent=True,
         )
-    return reason
+    if tls_without_client and any(word in text for word in _CLOSED):
+        # Also what a receiver restarting looks like: said, and retried.
+        return Explained(f"{reason}; the receiver closed the TLS connection: {_MTLS}")
+    return Explained(reason)
