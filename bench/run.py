@@ -331,13 +331,12 @@ def measure_sdk_baseline(url: str, receiver: CountingReceiver, batch_size: int =
     from opentelemetry.trace import Status, StatusCode
 
     from run_otel.config import build_config
-    from run_otel.factory import build_mapper
+    from run_otel.factory import build_mapper, build_source
     from run_otel.mapping.span_data import STATUS_ERROR
-    from run_otel.source.reader import Source
 
     receiver.reset()
     config = build_config({"source": {"url": url}})
-    source = Source(config)
+    source = build_source(config)
     mapper = build_mapper(config, source.clock)
     exporter = OTLPSpanExporter(endpoint=receiver.endpoint, insecure=True)
     sdk_resource = Resource.create({"service.name": "diagnosis-agent"})
@@ -467,9 +466,9 @@ def measure_bridge_read(tmp: Path, url: str, raw: bool, batch_size: int = 500) -
     """The bridge's own read (Source: the statements, the evidence summary, the row types), with
     the driver's tuples or with SQLAlchemy's Row for each row: the raw-read lever alone."""
     from run_otel.config import load_config
-    from run_otel.source.reader import Source
+    from run_otel.factory import build_source
 
-    source = Source(load_config(_config_file(tmp, url, "127.0.0.1:1"), environ={}))
+    source = build_source(load_config(_config_file(tmp, url, "127.0.0.1:1"), environ={}))
     assert source.reads_raw
     source.reads_raw = raw
     rows, high_water = 0, 0

@@ -10,7 +10,7 @@ import sys
 import time
 
 import pytest
-from conftest import received_roots, write_config
+from helpers import received_roots, write_config
 from servers import Receiver, wait_for, with_driver
 
 RUNS = 50_000

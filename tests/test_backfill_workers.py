@@ -13,7 +13,7 @@ import threading
 from collections import Counter
 from datetime import datetime
 
-from conftest import received_roots, write_config
+from helpers import received_roots, write_config
 from servers import Receiver, free_port, wait_for
 
 from run_otel.config import load_config

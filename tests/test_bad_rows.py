@@ -6,10 +6,10 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 
-from conftest import bridge_config
 from helpers import (
     add_run,
     add_tool,
+    bridge_config,
     new_run_id,
     seed_corpus,
 )

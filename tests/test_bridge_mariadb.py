@@ -10,12 +10,16 @@ import time
 from collections import defaultdict
 
 import pytest
-from conftest import bridge_sections, run_cli, table_rows, utc_now_naive, write_config
 from helpers import (
     assert_trace_matches,
     attrs_of,
+    bridge_sections,
     expected_traces,
+    run_cli,
     seed,
+    table_rows,
+    utc_now_naive,
+    write_config,
 )
 from servers import Receiver, wait_for
 from sqlalchemy import insert

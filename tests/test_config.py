@@ -132,7 +132,7 @@ def test_password_file_replaces_the_url_password(tmp_path):
     secret = tmp_path / "pw"
     secret.write_text("s3cr3t\n")
     config = build_config({"source": {"url": "mysql+pymysql://reader:old@db/agent", "password_file": str(secret)}})
-    assert config.source_url().password == "s3cr3t"
+    assert config.source.connect_url().password == "s3cr3t"
 
 
 def test_bad_url_error_does_not_echo_it():

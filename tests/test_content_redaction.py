@@ -8,7 +8,7 @@ import json
 import uuid
 from datetime import timedelta
 
-from conftest import bridge_config, utc_now_naive
+from helpers import bridge_config, utc_now_naive
 from secret_corpus import SECRETS
 from servers import Receiver
 from sqlalchemy import insert

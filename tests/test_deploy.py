@@ -14,7 +14,8 @@ from urllib.parse import urlparse
 
 import pytest
 import yaml
-from conftest import AgentDb, bridge_sections, run_cli, utc_now_naive, write_config
+from conftest import AgentDb
+from helpers import bridge_sections, run_cli, utc_now_naive, write_config
 from servers import wait_for
 from sqlalchemy import text
 
@@ -75,7 +76,7 @@ def test_every_service_restarts_and_jaeger_runs_the_config_the_tests_validate():
 
 def test_run_otel_sends_to_a_port_the_collector_receives_on():
     config = build_config(tomllib.loads(COMPOSE_CONFIG.read_text()))
-    host, port = host_port(config.export_endpoint())
+    host, port = host_port(config.export.resolved_endpoint())
     assert host in SERVICES
     receivers = COLLECTOR["receivers"]["otlp"]["protocols"]
     protocol = "grpc" if config.export.protocol == "grpc" else "http"

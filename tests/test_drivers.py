@@ -11,17 +11,16 @@ import time
 from datetime import datetime
 
 import pytest
-from helpers import seed_corpus
+from helpers import seed_corpus, start_logging
 from servers import with_driver
 from sqlalchemy import create_engine, event
 
 from run_otel.config import build_config
 from run_otel.export.encoding import FastEncoder
-from run_otel.factory import build_mapper
+from run_otel.factory import build_mapper, build_source
 from run_otel.ops.demo import generate, insert_workload
 from run_otel.source.reader import ConnectionLost, Source
 from run_otel.source.readings import read_run, read_tool
-from run_otel.telemetry.logs import configure_logging
 
 
 def _seed_usual_runs(agent_db, runs: int = 40) -> None:
@@ -53,7 +52,7 @@ def _seed_usual_runs(agent_db, runs: int = 40) -> None:
 
 def _spans_and_warnings(url: str, **source) -> tuple[list[bytes], list[str], str]:
     config = build_config({"source": {"url": url, **source.pop("source", {})}, **source})
-    reader, encoder = Source(config), FastEncoder({})
+    reader, encoder = build_source(config), FastEncoder({})
     mapper = build_mapper(config, reader.clock)
     driver = type(reader.engine.raw_connection().driver_connection).__name__
     runs = reader.runs_after(0, 10_000)
@@ -121,8 +120,8 @@ def test_a_connection_killed_after_its_read_is_a_lost_connection_with_every_driv
     _seed_usual_runs(agent_db, runs=5)
     config = build_config({"source": {"url": with_driver(agent_db.url, driver)}, "log": {"format": "text"}})
     stream = io.StringIO()
-    configure_logging(config, stream)
-    reader = Source(config)
+    start_logging(config, stream)
+    reader = build_source(config)
 
     @event.listens_for(reader.engine, "connect")
     def remember_id(dbapi_connection, record):
@@ -163,7 +162,7 @@ def test_the_bulk_read_takes_the_drivers_tuples_and_gets_what_sqlalchemys_rows_h
     _seed_usual_runs(agent_db)
     seed_corpus(agent_db)
     config = build_config({"source": {"url": with_driver(agent_db.url, driver)}, "content": {"capture": capture}})
-    raw, rows = Source(config), Source(config)
+    raw, rows = build_source(config), build_source(config)
     rows.reads_raw = False
     assert raw.reads_raw  # the precondition: on MariaDB no selected column needs converting
 
@@ -183,7 +182,7 @@ def test_the_bulk_read_takes_the_drivers_tuples_and_gets_what_sqlalchemys_rows_h
 def test_sqlite_is_read_through_sqlalchemys_rows_because_its_datetimes_are_text(tmp_path):
     url = f"sqlite:///{tmp_path / 'agent.db'}"
     insert_workload(create_engine(url), generate(3, 5, anchor=datetime(2026, 1, 1)), create=True)
-    source = Source(build_config({"source": {"url": url}}))
+    source = build_source(build_config({"source": {"url": url}}))
     runs = source.runs_after(0, 10)
     tools = [t for ts in source.tools_for(r.run_id for r in runs).values() for t in ts]
     source.close()

@@ -50,9 +50,9 @@ def test_fast_span_bytes_equal_the_protobuf_runtime(span):
     assert SHARED.span(span) == encode_span(span).SerializeToString()
 
 
-def test_the_attribute_cache_tells_true_from_one():
+def test_the_attribute_cache_tells_equal_values_apart():
     encoder = FastEncoder({})
-    for value in (True, 1, 1.0, "1", ("1",), False, 0):
+    for value in (True, 1, 1.0, "1", ("1",), False, 0, 0.0, -0.0, 0.0):
         span = SpanData(b"\x01" * 16, b"\x02" * 8, b"", "n", 1, 2, (("k", value),))
         assert encoder.span(span) == encode_span(span).SerializeToString(), value
 

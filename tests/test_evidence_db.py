@@ -11,10 +11,9 @@ from hypothesis import strategies as st
 
 from run_otel.config import build_config
 from run_otel.export.encoding import FastEncoder
-from run_otel.factory import build_mapper
+from run_otel.factory import build_mapper, build_source
 from run_otel.source.clock import SourceClock
 from run_otel.source.evidence import Evidence
-from run_otel.source.reader import Source
 
 SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.text(max_size=8))
 REF = st.one_of(
@@ -68,7 +67,7 @@ def insert_tools(agent_db, details: list[str | None]) -> str:
 def test_the_database_summary_maps_to_the_same_spans_and_warnings_as_parsing(agent_db, details):
     run_id = insert_tools(agent_db, details)
     off = build_config({"source": {"url": agent_db.url, "evidence_in_database": True}})
-    summarized = Source(off).tools_for([run_id])[run_id]
+    summarized = build_source(off).tools_for([run_id])[run_id]
     assert len(summarized) == len(details)
     # The precondition: the database really summarized rows (the usual ones), and only objects.
     by_database = [text for tool, text in zip(summarized, details) if isinstance(tool.retrieval_details, Evidence)]
@@ -108,7 +107,7 @@ def test_with_capture_off_the_evidence_text_never_leaves_the_database(agent_db):
     )
     run_id = insert_tools(agent_db, [text])
     read = {
-        in_database: Source(build_config({"source": {"url": agent_db.url, "evidence_in_database": in_database}})).tools_for(
+        in_database: build_source(build_config({"source": {"url": agent_db.url, "evidence_in_database": in_database}})).tools_for(
             [run_id]
         )[run_id]
         for in_database in (True, False)
@@ -118,4 +117,4 @@ def test_with_capture_off_the_evidence_text_never_leaves_the_database(agent_db):
     assert read[True][0].retrieval_details == Evidence("supported", 1, ("$.docs[0]",))
     # With capture on, the text is wanted (rag.evidence.refs), so the column is read.
     on = build_config({"source": {"url": agent_db.url, "evidence_in_database": True}, "content": {"capture": True}})
-    assert "MARK-EVIDENCE" in repr(Source(on).tools_for([run_id])[run_id])
+    assert "MARK-EVIDENCE" in repr(build_source(on).tools_for([run_id])[run_id])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from conftest import bridge_config, utc_now_naive
+from helpers import bridge_config, utc_now_naive
 from sqlalchemy import Engine, event
 
 from run_otel.factory import build_backfill, build_parts, build_poller

@@ -7,8 +7,8 @@ import random
 import sqlite3
 import time
 
-from conftest import (
-    AgentDb,
+from conftest import AgentDb
+from helpers import (
     DaemonProcess,
     bridge_sections,
     received_roots,

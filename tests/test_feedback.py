@@ -9,12 +9,16 @@ import uuid
 from collections import Counter
 
 import requests
-from conftest import DaemonProcess, bridge_sections, run_cli, set_old, write_config
 from helpers import (
+    DaemonProcess,
     add_runs,
     attrs,
+    bridge_sections,
     feedback_spans,
     rate,
+    run_cli,
+    set_old,
+    write_config,
 )
 from servers import Receiver, free_port, wait_for
 

@@ -8,15 +8,13 @@ import logging
 import re
 import uuid
 
-from conftest import bridge_config
-from helpers import add_runs, attrs, feedback_spans, rate
+from helpers import add_runs, attrs, bridge_config, feedback_spans, rate
 from prometheus_client import generate_latest
 
 from run_otel.config import FeedbackConfig
-from run_otel.factory import build_feedback, build_parts, build_poller
+from run_otel.factory import build_feedback, build_metrics, build_parts, build_poller
 from run_otel.generate.alerts import negative_feedback_rule
 from run_otel.ops.check import WARN, run_checks
-from run_otel.telemetry.metrics import build_metrics
 
 RATINGS = {
     "LIKE": "LIKE",

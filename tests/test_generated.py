@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import yaml
+from helpers import bridge_metrics
 
 from run_otel.telemetry import instruments as I
 
@@ -79,10 +80,9 @@ def test_tool_latencies_under_100ms_fall_in_different_buckets():
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
     from run_otel.config import build_config
-    from run_otel.telemetry.metrics import BridgeMetrics
 
     reader = InMemoryMetricReader()
-    metrics = BridgeMetrics(build_config({}), [reader])
+    metrics = bridge_metrics(build_config({}), [reader])
     hist = metrics._get(I.TOOL_DURATION)
     for seconds in (0.004, 0.02, 0.07):
         hist.record(seconds, {"tool_name": "t", "retrieval_layer": "L0", "success": "true"})
@@ -104,7 +104,8 @@ def test_the_metrics_endpoint_speaks_openmetrics_when_asked():
     from servers import free_port
 
     from run_otel.config import build_config
-    from run_otel.telemetry.metrics import HealthServer, build_metrics
+    from run_otel.factory import build_metrics
+    from run_otel.telemetry.metrics import HealthServer
 
     metrics = build_metrics(build_config({}))
     server = HealthServer("127.0.0.1", free_port(), metrics.registry, lambda: (True, "ready")).start()
@@ -159,10 +160,9 @@ def test_export_delays_of_hours_and_days_fall_in_finite_buckets_of_their_own():
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
     from run_otel.config import build_config
-    from run_otel.telemetry.metrics import BridgeMetrics
 
     reader = InMemoryMetricReader()
-    metrics = BridgeMetrics(build_config({}), [reader])
+    metrics = bridge_metrics(build_config({}), [reader])
     for seconds in (400, 3 * 3600, 2 * 86400):  # a catch-up, a backfill of the morning, one of last week
         metrics._get(I.EXPORT_DELAY).record(seconds)
     (point,) = _points(reader, I.EXPORT_DELAY.name)
@@ -177,7 +177,6 @@ def test_tool_duration_is_labelled_by_retrieval_layer():
     from run_otel.config import build_config
     from run_otel.pipeline.results import ExportedRun, PollResult
     from run_otel.source.rows import RunRow, ToolRow
-    from run_otel.telemetry.metrics import BridgeMetrics
 
     run_id = "run-550e8400-e29b-41d4-a716-446655440000"
     run = RunRow(**{**{f: None for f in RunRow._fields}, "id": 1, "run_id": run_id, "status": "SUCCESS", "intent": "DIAGNOSIS"})
@@ -196,7 +195,7 @@ def test_tool_duration_is_labelled_by_retrieval_layer():
         for i, layer in enumerate(("L0", "L1", None), 1)
     ]
     reader = InMemoryMetricReader()
-    metrics = BridgeMetrics(build_config({}), [reader])
+    metrics = bridge_metrics(build_config({}), [reader])
     metrics.runs_exported(PollResult(runs=[ExportedRun(run, tools, False, 4)]), 0.0)
     layers = {p.attributes["retrieval_layer"] for p in _points(reader, I.TOOL_DURATION.name)}
     assert layers == {"L0", "L1", "none"}

@@ -9,19 +9,28 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import bridge_sections, table_rows, utc_now_naive, write_config
-from helpers import NOT_YET, filled, http_status, panels, scalar, start_daemon
+from helpers import (
+    NOT_YET,
+    bridge_sections,
+    filled,
+    http_status,
+    panels,
+    scalar,
+    start_daemon,
+    table_rows,
+    utc_now_naive,
+    write_config,
+)
 from servers import Prometheus, free_port, wait_for
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from run_otel.config import build_config
 from run_otel.export.sinks import JsonFileSink
-from run_otel.factory import build_parts, build_poller
+from run_otel.factory import build_metrics, build_parts, build_poller
 from run_otel.ops.demo import generate, insert_workload
 from run_otel.source.engine import make_engine
 from run_otel.telemetry import instruments as I
-from run_otel.telemetry.metrics import build_metrics
 
 ROOT = Path(__file__).resolve().parent.parent
 

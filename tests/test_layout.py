@@ -5,6 +5,10 @@ the OTLP export, the pipeline that drives them, the bridge's own telemetry,
 the factory, then operations and the command line on top. A module that
 imports a later stage, an import cycle, a module past 350 lines or a crowded
 top level fails here, with the offending names.
+
+The wiring has rules of its own: below the factory no module imports the whole
+Config (each part takes its own section), above it no module builds a part
+itself (it asks the factory), and no constructor takes more than 8 parameters.
 """
 
 from __future__ import annotations
@@ -33,6 +37,24 @@ LAYERS = [
 RANK = {part: rank for rank, parts in enumerate(LAYERS) for part in parts}
 MAX_LINES = 350
 MAX_TOP_LEVEL = 12
+MAX_PARAMETERS = 8
+# The parts the factory builds: above it, ops/ and cli/ ask the factory for them.
+PARTS = {
+    "Source",
+    "CheckpointStore",
+    "GrpcSink",
+    "HttpSink",
+    "JsonFileSink",
+    "GrpcLogSink",
+    "HttpLogSink",
+    "build_log_sink",
+    "StoreLock",
+    "FileLock",
+    "MySqlStoreLock",
+    "store_lock",
+    "NamedLock",
+    "MySqlLease",
+}
 
 
 def _module(path: Path) -> str:
@@ -117,6 +139,52 @@ def test_modules_stay_small_and_the_top_level_uncrowded():
     assert not long, f"modules over {MAX_LINES} lines: {long}"
     top = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert len(top) <= MAX_TOP_LEVEL, f"{len(top)} modules at the top of the package: {top}"
+
+
+def _trees() -> dict[str, ast.Module]:
+    return {_module(path): ast.parse(path.read_text()) for path in PACKAGE.rglob("*.py")}
+
+
+def test_below_the_factory_no_module_imports_the_whole_config():
+    """Each part takes its own section: a module below the factory that imports Config could read any of them."""
+    importers = {
+        module
+        for module, tree in _trees().items()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and any(alias.name == "Config" for alias in node.names)
+    }
+    assert {"run_otel.factory", "run_otel.ops.daemon"} <= importers  # precondition: the walk sees the imports
+    below = sorted(m for m in importers if RANK[_stage(m)] < RANK["factory"] and _stage(m) != "config")
+    assert not below, f"modules below the factory importing Config (take the section instead): {below}"
+
+
+def test_above_the_factory_every_part_comes_from_it():
+    """ops/ and cli/ get each Source, state store, sink and lock from a factory function, so each is built one way."""
+    calls = defaultdict(list)
+    for module, tree in _trees().items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+                if name in PARTS:
+                    calls[module].append(f"{name} (line {node.lineno})")
+    assert calls["run_otel.factory"]  # precondition: the walk finds the factory's own calls
+    above = {m: c for m, c in calls.items() if RANK[_stage(m)] > RANK["factory"]}
+    assert not above, f"parts built above the factory (ask the factory): {above}"
+
+
+def test_no_constructor_takes_more_than_eight_parameters():
+    """A written-out __init__ with more than 8 parameters wants what travels together grouped."""
+    counts = {
+        f"{module}.{node.name}": len(init.args.posonlyargs) + len(init.args.args) - 1 + len(init.args.kwonlyargs)
+        for module, tree in _trees().items()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef)
+        for init in node.body
+        if isinstance(init, ast.FunctionDef) and init.name == "__init__"
+    }
+    assert counts["run_otel.pipeline.poller.Poller"] >= 5  # precondition: the count sees the constructors
+    wide = {name: n for name, n in counts.items() if n > MAX_PARAMETERS}
+    assert not wide, f"constructors over {MAX_PARAMETERS} parameters: {wide}"
 
 
 CONTRIBUTING = PACKAGE.parent.parent / "CONTRIBUTING.md"

@@ -7,11 +7,10 @@ import json
 import logging
 from datetime import datetime, timedelta
 
-from conftest import DaemonProcess, write_config
+from helpers import DaemonProcess, start_logging, write_config
 from servers import free_port, wait_for
 
 from run_otel.config import build_config
-from run_otel.telemetry.logs import configure_logging
 
 
 def _config(**log):
@@ -26,7 +25,7 @@ def _config(**log):
 
 def test_json_lines_are_objects_with_a_utc_time(restore_logging):
     stream = io.StringIO()
-    configure_logging(_config(), stream)
+    start_logging(_config(), stream)
     logging.getLogger("run_otel.test").warning("quote %r and \"double\" and 'single' and 中文", "x")
     try:
         raise ValueError("inner")
@@ -46,7 +45,7 @@ def test_json_lines_are_objects_with_a_utc_time(restore_logging):
 
 def test_secrets_never_reach_a_log_line(restore_logging):
     stream = io.StringIO()
-    configure_logging(_config(format="text"), stream)
+    start_logging(_config(format="text"), stream)
     log = logging.getLogger("some.library")
     log.error("connect mysql://reader:pw-in-url-77@db failed; header hdr-secret-91; MYSQL_PASSWORD=hunter2 token=tok-abc-123")
     try:

@@ -548,17 +548,23 @@ def test_same_rows_twice_are_byte_identical():
     config = build_config({"service": {"name": "svc", "namespace": "ns"}})
     env = {"OTEL_RESOURCE_ATTRIBUTES": "k8s.cluster.name=prod"}
     rows = (make_run(), [make_tool(1), make_tool(2, success=False, error_message="boom")])
-    first = encode_spans(mapper_for(config).map_run(*rows).spans, resource_attributes(config, env)).SerializeToString()
-    second = encode_spans(mapper_for(config).map_run(*rows).spans, resource_attributes(config, env)).SerializeToString()
+    first = encode_spans(
+        mapper_for(config).map_run(*rows).spans, resource_attributes(config.service, config.trace, env)
+    ).SerializeToString()
+    second = encode_spans(
+        mapper_for(config).map_run(*rows).spans, resource_attributes(config.service, config.trace, env)
+    ).SerializeToString()
     assert first == second
     changed = rows[0]._replace(status="FAILED")
-    third = encode_spans(mapper_for(config).map_run(changed, rows[1]).spans, resource_attributes(config, env))
+    third = encode_spans(
+        mapper_for(config).map_run(changed, rows[1]).spans, resource_attributes(config.service, config.trace, env)
+    )
     assert third.SerializeToString() != first
 
 
 def test_resource_carries_service_and_env_attributes():
     config = build_config({"service": {"name": "diag", "namespace": "ops", "environment": "prod"}})
-    attrs = resource_attributes(config, {"OTEL_RESOURCE_ATTRIBUTES": "team=sre,service.name=ignored"})
+    attrs = resource_attributes(config.service, config.trace, {"OTEL_RESOURCE_ATTRIBUTES": "team=sre,service.name=ignored"})
     assert attrs == {
         "deployment.environment.name": "prod",
         "service.name": "diag",

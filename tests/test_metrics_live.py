@@ -14,13 +14,17 @@ from types import SimpleNamespace
 
 import pytest
 import requests
-from conftest import bridge_sections, table_rows, utc_now_naive, write_config
 from helpers import (
     NOT_YET,
+    bridge_metrics,
+    bridge_sections,
     filled,
     http_status,
     scalar,
     start_daemon,
+    table_rows,
+    utc_now_naive,
+    write_config,
 )
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from prometheus_client import CollectorRegistry
@@ -34,7 +38,6 @@ from run_otel.ops.demo import generate, insert_workload
 from run_otel.pipeline.checkpoint import CheckpointStore
 from run_otel.source.engine import make_engine
 from run_otel.telemetry import instruments as I
-from run_otel.telemetry.metrics import BridgeMetrics
 
 ROOT = Path(__file__).resolve().parent.parent
 DASHBOARDS = sorted((ROOT / "dashboards").glob("*.json"))
@@ -176,9 +179,9 @@ def test_a_replay_after_a_crash_counts_each_run_once(tmp_path):
 
     def process(store_class):
         registry = CollectorRegistry()
-        metrics = BridgeMetrics(config, [PrometheusMetricReader(registry=registry)], registry)
+        metrics = bridge_metrics(config, [PrometheusMetricReader(registry=registry)], registry)
         sink = JsonFileSink(tmp_path / "out.jsonl")
-        poller = build_poller(build_parts(config, recorder=metrics, sink=sink, store=store_class(config)))
+        poller = build_poller(build_parts(config, recorder=metrics, sink=sink, store=store_class(config.state, config.shard)))
         try:
             poller.poll()
         except KeyboardInterrupt:
@@ -299,7 +302,7 @@ def test_the_sdk_keeps_the_span_of_each_measurement_as_an_otlp_exemplar():
         }
     )
     reader = InMemoryMetricReader()
-    metrics = BridgeMetrics(build_config({}), [reader])
+    metrics = bridge_metrics(build_config({}), [reader])
     metrics.runs_exported(PollResult(runs=[ExportedRun(run, [tool], False, 2)]), time.time())
     points = {
         m.name: m.data.data_points

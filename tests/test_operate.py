@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 import time
 
-from conftest import bridge_sections, received_roots, run_cli, write_config
-from helpers import add_runs
+from helpers import add_runs, bridge_sections, received_roots, run_cli, write_config
 from servers import wait_for
 
 
@@ -114,8 +113,7 @@ def test_the_backlog_gauge_counts_every_waiting_run_during_an_outage(agent_db, t
 
     from run_otel.config import build_config
     from run_otel.export.sinks import ExportError
-    from run_otel.factory import build_parts, build_poller
-    from run_otel.telemetry.metrics import build_metrics
+    from run_otel.factory import build_metrics, build_parts, build_poller
 
     add_runs(agent_db, ["UTC_TIMESTAMP() - INTERVAL 10 MINUTE"] * 2)
     receiver = Receiver()
@@ -163,7 +161,7 @@ def test_a_successful_once_is_quiet_at_info(agent_db, otlp, tmp_path):
 
 
 def test_health_probes_the_port_the_config_names_and_follows_an_override(agent_db, otlp, tmp_path):
-    from conftest import DaemonProcess
+    from helpers import DaemonProcess
     from servers import free_port
 
     port = free_port()

@@ -9,7 +9,7 @@ import json
 import uuid
 
 import pytest
-from conftest import bridge_sections, received_roots, run_cli, terminal_trace_ids, utc_now_naive, write_config
+from helpers import bridge_metrics, bridge_sections, received_roots, run_cli, terminal_trace_ids, utc_now_naive, write_config
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from prometheus_client import CollectorRegistry
 from servers import Collector, Receiver, wait_for
@@ -19,7 +19,6 @@ from run_otel.factory import build_parts, build_poller
 from run_otel.mapping import attributes as A
 from run_otel.ops.demo import generate, insert_workload
 from run_otel.source.readings import read_run, read_tool
-from run_otel.telemetry.metrics import BridgeMetrics
 
 GRPC_LIMIT = 4 * 1024 * 1024
 CHINESE = "检索到的证据表明数据库连接池在高峰期耗尽，建议扩容并检查慢查询。"
@@ -243,7 +242,7 @@ def test_a_receiver_with_a_smaller_limit_gets_split_then_cut_requests_and_only_t
         registry = CollectorRegistry()
         from opentelemetry.exporter.prometheus import PrometheusMetricReader
 
-        metrics = BridgeMetrics(config, [PrometheusMetricReader(registry=registry)], registry)
+        metrics = bridge_metrics(config, [PrometheusMetricReader(registry=registry)], registry)
         result = build_poller(build_parts(config, recorder=metrics)).poll()
         assert result.dropped_spans == 1
         assert _counter(registry, "run_otel_dropped_spans_total", reason="too_large") == 1
@@ -262,7 +261,7 @@ def test_exported_spans_count_only_what_the_receiver_took_and_once_says_what_it_
         registry = CollectorRegistry()
         from opentelemetry.exporter.prometheus import PrometheusMetricReader
 
-        metrics = BridgeMetrics(config, [PrometheusMetricReader(registry=registry)], registry)
+        metrics = bridge_metrics(config, [PrometheusMetricReader(registry=registry)], registry)
         result = build_poller(build_parts(config, recorder=metrics)).poll()
         requests = len(receiver.requests)
         assert result.spans > 2 * requests > 0 and result.rejected_spans == 2 * requests

@@ -9,8 +9,7 @@ from collections import Counter
 from datetime import datetime
 
 import pytest
-from conftest import bridge_sections, run_cli, table_rows, write_config
-from helpers import seed
+from helpers import bridge_sections, run_cli, seed, table_rows, write_config
 from servers import Phoenix, wait_for
 
 NO_EVIDENCE = "$.no_evidence"

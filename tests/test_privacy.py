@@ -10,7 +10,7 @@ from datetime import timedelta
 
 import pytest
 import requests
-from conftest import bridge_config, bridge_sections, run_cli, utc_now_naive, write_config
+from helpers import bridge_config, bridge_sections, run_cli, utc_now_naive, write_config
 from servers import free_port, wait_for
 from sqlalchemy import Engine, event, insert
 

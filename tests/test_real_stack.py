@@ -10,8 +10,7 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from conftest import bridge_sections, run_cli, utc_now_naive, write_config
-from helpers import assert_trace_matches, expected_traces, seed
+from helpers import assert_trace_matches, bridge_sections, expected_traces, run_cli, seed, utc_now_naive, write_config
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
@@ -385,7 +384,7 @@ def test_each_refused_log_batch_is_counted_and_warned_about_once(stack, tmp_path
     jaeger, _collector, _tempo = stack
     config = build_config({"export": {"endpoint": f"http://127.0.0.1:{jaeger.otlp_port}", "timeout_seconds": 5}})
     refused = []
-    sender = LogRecordSender(build_log_sink(config), {"service.name": SERVICE}, lambda: refused.append(1))
+    sender = LogRecordSender(build_log_sink(config.export), {"service.name": SERVICE}, lambda: refused.append(1))
     record = Evaluations(config.feedback, SourceClock("UTC")).log_record(
         FeedbackRow(1, f"run-{uuid.uuid4()}", None, "UP", datetime(2026, 1, 1))
     )

@@ -14,7 +14,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_serv
 from servers import free_port
 
 from run_otel.config import build_config
-from run_otel.export.sinks import build_sink
+from run_otel.factory import build_sink
 
 EMPTY = trace_service_pb2.ExportTraceServiceRequest().SerializeToString()
 

@@ -11,7 +11,7 @@ from datetime import timedelta
 
 import pytest
 import requests
-from conftest import DaemonProcess, bridge_sections, run_cli, utc_now_naive, write_config
+from helpers import DaemonProcess, bridge_sections, run_cli, utc_now_naive, write_config
 from servers import Receiver, RefusingHttpReceiver, free_port, wait_for
 from sqlalchemy import insert
 

@@ -4,24 +4,10 @@ instance is refused at start naming the first; HA standbys wait instead."""
 from __future__ import annotations
 
 import socket
-import uuid
 
 import pytest
-from conftest import DaemonProcess, bridge_sections, received_roots, run_cli, write_config
+from helpers import DaemonProcess, add_finished_runs, bridge_sections, received_roots, run_cli, write_config
 from servers import wait_for
-
-
-def add_runs(agent_db, count: int) -> set[str]:
-    traces = set()
-    for _ in range(count):
-        run_uuid = uuid.uuid4()
-        agent_db.execute(
-            "INSERT INTO diagnosis_run (run_id, session_id, query, status, created_at, updated_at) "
-            "VALUES (%s, 's', 'q', 'SUCCESS', UTC_TIMESTAMP() - INTERVAL 1 MINUTE, UTC_TIMESTAMP() - INTERVAL 1 MINUTE)",
-            f"run-{run_uuid}",
-        )
-        traces.add(run_uuid.hex)
-    return traces
 
 
 def state_url(agent_db, tmp_path, store: str) -> str:
@@ -30,7 +16,7 @@ def state_url(agent_db, tmp_path, store: str) -> str:
 
 @pytest.mark.parametrize("store", ["sqlite", "mariadb"])
 def test_a_second_instance_is_refused_naming_the_first(agent_db, otlp, tmp_path, store):
-    traces = add_runs(agent_db, 30)
+    traces = set(add_finished_runs(agent_db, 30))
     config = write_config(
         tmp_path / "c.toml",
         bridge_sections(agent_db, tmp_path, otlp.endpoint("grpc"), state={"url": state_url(agent_db, tmp_path, store)}),
@@ -48,7 +34,7 @@ def test_a_second_instance_is_refused_naming_the_first(agent_db, otlp, tmp_path,
         assert rewind.returncode == 1 and holder in rewind.stderr, rewind.stderr
         # Reading is never refused.
         assert run_cli("status", "--config", str(config)).returncode == 0
-        more = add_runs(agent_db, 5)
+        more = set(add_finished_runs(agent_db, 5))
         wait_for(lambda: received_roots(otlp.receiver) >= traces | more, 30, "the first instance going on")
     finally:
         assert first.terminate() == 0
@@ -61,7 +47,7 @@ def test_a_second_instance_is_refused_naming_the_first(agent_db, otlp, tmp_path,
 
 
 def test_ha_standbys_wait_and_a_once_beside_the_active_one_is_refused(agent_db, otlp, tmp_path):
-    traces = add_runs(agent_db, 10)
+    traces = set(add_finished_runs(agent_db, 10))
     config = write_config(
         tmp_path / "c.toml",
         bridge_sections(agent_db, tmp_path, otlp.endpoint("grpc"), ha={"enabled": True, "takeover_seconds": 3}),
@@ -81,7 +67,7 @@ def test_ha_standbys_wait_and_a_once_beside_the_active_one_is_refused(agent_db, 
         assert refused.returncode == 1 and f"pid {active.process.pid}" in refused.stderr, refused.stderr
         active.kill()
         wait_for(lambda: "acquired" in standby.output(), 15, "the standby to take over the lease and the store")
-        more = add_runs(agent_db, 3)
+        more = set(add_finished_runs(agent_db, 3))
         wait_for(lambda: received_roots(otlp.receiver) >= traces | more, 30, "the new active instance exporting")
         assert "in use" not in standby.output()
     finally:

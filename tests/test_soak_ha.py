@@ -9,7 +9,7 @@ import time
 import uuid
 from datetime import UTC, datetime
 
-from conftest import DaemonProcess, bridge_sections, received_roots, terminal_trace_ids, write_config
+from helpers import DaemonProcess, bridge_sections, received_roots, terminal_trace_ids, write_config
 from servers import wait_for
 
 SOAK_SECONDS = int(os.environ.get("SOAK_SECONDS", "180"))
@@ -134,7 +134,7 @@ def test_soak_with_a_flapping_receiver(agent_db, otlp, tmp_path):
 
 
 def test_two_instances_one_lease_and_a_takeover(agent_db, otlp, tmp_path):
-    from conftest import utc_now_naive
+    from helpers import utc_now_naive
 
     from run_otel.ops.demo import generate, insert_workload
 

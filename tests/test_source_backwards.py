@@ -9,8 +9,7 @@ import shlex
 import time
 
 import requests
-from conftest import DaemonProcess, bridge_sections, received_roots, run_cli, write_config
-from helpers import add_finished_runs
+from helpers import DaemonProcess, add_finished_runs, bridge_sections, received_roots, run_cli, write_config
 from servers import free_port, wait_for
 
 

@@ -8,12 +8,12 @@ import re
 import time
 
 import pytest
-from conftest import DaemonProcess, bridge_sections, run_cli, write_config
-from helpers import add_finished_runs
+from helpers import DaemonProcess, add_finished_runs, bridge_sections, run_cli, write_config
 from sqlalchemy import text
 
 from run_otel.config import build_config
-from run_otel.source.reader import Source, SourceError
+from run_otel.factory import build_source
+from run_otel.source.reader import SourceError
 
 
 def config_file(agent_db, tmp_path, otlp, **overrides) -> str:
@@ -100,7 +100,7 @@ def test_a_poll_that_outlasts_the_interval_logs_no_scheduler_noise(agent_db, otl
 
 
 def test_a_source_session_carries_the_statement_timeout(agent_db, otlp, tmp_path):
-    source = Source(
+    source = build_source(
         build_config(bridge_sections(agent_db, tmp_path, otlp.endpoint("grpc"), source={"statement_timeout_seconds": 2.5}))
     )
     with source.engine.connect() as conn:
@@ -109,7 +109,7 @@ def test_a_source_session_carries_the_statement_timeout(agent_db, otlp, tmp_path
 
 
 def test_a_long_statement_without_a_lock_is_cut_off(agent_db, otlp, tmp_path):
-    source = Source(
+    source = build_source(
         build_config(bridge_sections(agent_db, tmp_path, otlp.endpoint("grpc"), source={"statement_timeout_seconds": 1}))
     )
     started = time.monotonic()

@@ -11,7 +11,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import bridge_sections, run_cli, write_config
+from helpers import bridge_sections, run_cli, write_config
 from otlp_helpers import parse_otlp_json
 from servers import wait_for
 

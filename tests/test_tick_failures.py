@@ -6,25 +6,11 @@ from __future__ import annotations
 
 import re
 import time
-import uuid
 from collections import Counter
 
 import requests
-from conftest import DaemonProcess, bridge_sections, received_roots, write_config
+from helpers import DaemonProcess, add_finished_runs, bridge_sections, received_roots, write_config
 from servers import free_port, wait_for
-
-
-def add_runs(agent_db, count: int) -> set[str]:
-    traces = set()
-    for _ in range(count):
-        run_uuid = uuid.uuid4()
-        agent_db.execute(
-            "INSERT INTO diagnosis_run (run_id, session_id, query, status, created_at, updated_at) "
-            "VALUES (%s, 's', 'q', 'SUCCESS', UTC_TIMESTAMP() - INTERVAL 1 MINUTE, UTC_TIMESTAMP() - INTERVAL 1 MINUTE)",
-            f"run-{run_uuid}",
-        )
-        traces.add(run_uuid.hex)
-    return traces
 
 
 def _get(url: str) -> tuple[int, str]:
@@ -55,7 +41,7 @@ def test_the_state_store_removed_under_the_daemon_backs_off_and_recovers(agent_d
             metrics={"enabled": True, "port": port},
         ),
     )
-    first = add_runs(agent_db, 5)
+    first = set(add_finished_runs(agent_db, 5))
     daemon = DaemonProcess(config, tmp_path / "daemon.log")
     base = f"http://127.0.0.1:{port}"
     try:
@@ -65,7 +51,7 @@ def test_the_state_store_removed_under_the_daemon_backs_off_and_recovers(agent_d
         requests_before = len(otlp.receiver.requests)
         gone = tmp_path / "moved-away"
         state_dir.rename(gone)
-        later = add_runs(agent_db, 10)
+        later = set(add_finished_runs(agent_db, 10))
         wait_for(lambda: _get(base + "/readyz")[0] == 503, 15, "readiness to drop")
         time.sleep(10)  # 20 ticks of poll.interval_seconds
         assert failed_polls(_get(base + "/metrics")[1]) >= 2
@@ -101,7 +87,7 @@ def test_a_failed_feedback_pass_takes_the_poll_failed_path(agent_db, tmp_path):
 
     receiver = Receiver()
     receiver.start()
-    add_runs(agent_db, 4)
+    add_finished_runs(agent_db, 4)
     port = free_port()
     config = write_config(
         tmp_path / "c.toml",

@@ -11,9 +11,14 @@ from pathlib import Path
 
 import pytest
 import requests
-from conftest import DRIVERS, DaemonProcess, bridge_sections, received_roots, run_cli, write_config
+from conftest import DRIVERS
 from helpers import (
+    DaemonProcess,
     add_runs,
+    bridge_sections,
+    received_roots,
+    run_cli,
+    write_config,
 )
 from servers import MariaDB, free_port, wait_for, with_driver
 

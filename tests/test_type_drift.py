@@ -8,16 +8,13 @@ import re
 from collections import Counter
 
 import pytest
-from conftest import bridge_config
-from helpers import add_run, add_tool, new_run_id
+from helpers import add_run, add_tool, bridge_config, new_run_id
 from prometheus_client import generate_latest
 
-from run_otel.factory import build_parts, build_poller
+from run_otel.factory import build_metrics, build_parts, build_poller, build_store
 from run_otel.ops.check import WARN, run_checks
-from run_otel.pipeline.checkpoint import CheckpointStore
 from run_otel.pipeline.results import Recorder
 from run_otel.source.readings import Unreadable, as_count, as_flag
-from run_otel.telemetry.metrics import build_metrics
 
 FAILED = ("false", "FALSE", "no", "0", "n")
 SUCCEEDED = ("true", "Yes", "1")
@@ -46,7 +43,7 @@ def test_drifted_columns_are_read_by_meaning_and_bad_values_are_row_warnings(age
     result = poller.poll()
 
     assert result.run_count == 2
-    assert CheckpointStore(config).load().high_water >= 2
+    assert build_store(config).load().high_water >= 2
     # The failures are failures: ERROR status and error.type, whatever the column's type.
     status = {}
     for _r, _s, span in receiver.spans():
@@ -112,5 +109,5 @@ def test_a_metrics_failure_after_the_checkpoint_fails_no_poll(agent_db, receiver
     conn.close()
     config = bridge_config(agent_db, tmp_path, receiver.endpoint)
     result = build_poller(build_parts(config, recorder=FailingRecorder())).poll()
-    assert result.run_count == 1 and CheckpointStore(config).load().high_water >= 1
+    assert result.run_count == 1 and build_store(config).load().high_water >= 1
     assert "metrics: recording the exported runs failed" in caplog.text

@@ -1,31 +1,40 @@
-"""Builds the parts from the one config: source, sink, state store, mapper,
-encoder, then the passes over them (poll, backfill, feedback) and the metrics.
+"""Builds the parts from the one config: source, sink, state store, locks,
+mapper, encoder, then the passes over them (poll, backfill, feedback) and the
+metrics.
 
-Every command gets its parts here, so each part is built one way only.
+This is the one module below ops/ and cli/ that reads the whole Config: each
+part takes its own section and the few values it needs, and every command gets
+its parts here, so each part is built one way only.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .config import Config
+from .export import sinks
 from .export.encoding import FastEncoder, resource_attributes
 from .export.logrecords import LogRecordSender, build_log_sink
 from .export.sending import RequestSender
-from .export.sinks import Sink, build_sink
+from .export.sinks import Sink
 from .mapping.content import ContentPolicy
 from .mapping.evaluation import Evaluations
 from .mapping.masking import configured_secrets
 from .mapping.spans import Mapper
 from .pipeline.backfill_pass import BackfillPass
 from .pipeline.checkpoint import CheckpointStore
-from .pipeline.feedback import FeedbackPass
+from .pipeline.feedback import FeedbackPass, FeedbackSender
+from .pipeline.lease import MySqlLease
+from .pipeline.named_lock import lock_name
 from .pipeline.poller import Poller
 from .pipeline.results import Recorder
 from .pipeline.run_export import RunExporter
+from .pipeline.store_lock import StoreLock, store_lock
+from .sharding import shard_name
 from .source.clock import SourceClock
 from .source.reader import Source
 
@@ -42,11 +51,11 @@ class MetricsPortError(OSError):
 
 @dataclass(frozen=True)
 class Parts:
-    """The parts a pass over the runs shares, each built once from its own section."""
+    """The parts a pass over the runs shares, each built once from its own section.
+    Closing them closes each, the sink included; ``with build_parts(...) as parts`` does it."""
 
     config: Config
     source: Source
-    source_clock: SourceClock
     sink: Sink
     store: CheckpointStore
     mapper: Mapper
@@ -56,31 +65,84 @@ class Parts:
     def close(self) -> None:
         self.source.close()
         self.store.close()
+        self.sink.close()
+
+    def __enter__(self) -> Parts:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
 
 
-def build_mapper(config: Config, source_clock: SourceClock) -> Mapper:
-    content = ContentPolicy.build(config.content, config.trace.conventions, configured_secrets(config))
-    return Mapper(config.trace, source_clock, content)
+# -- one part each ------------------------------------------------------------------
 
 
 def build_source(config: Config) -> Source:
-    """The source alone, for what only reads (plans, probes)."""
-    return Source(config)
+    return Source(config.source, config.content, config.poll.tool_chunk_size)
+
+
+def build_store(config: Config, create: bool = True) -> CheckpointStore:
+    """``create=False`` only reads: a store that does not exist yet is an error, never created."""
+    return CheckpointStore(config.state, config.shard, create)
+
+
+def build_sink(config: Config) -> Sink:
+    return sinks.build_sink(config.export)
+
+
+def build_demo_sink(config: Config, out_path: Path) -> Sink:
+    """The demo's sink: the OTLP endpoint when OTEL_EXPORTER_OTLP_ENDPOINT is set, else an OTLP-JSON file, started afresh."""
+    if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        return build_sink(config)
+    out_path.unlink(missing_ok=True)
+    return sinks.JsonFileSink(out_path)
+
+
+def build_probe_sink(config: Config) -> Sink:
+    """The sink `check` probes with: one attempt, at most 5 s, so a dead endpoint is a quick verdict."""
+    export = config.export
+    return sinks.build_sink(replace(export, max_attempts=1, timeout_seconds=min(5.0, export.timeout_seconds)))
+
+
+def build_store_lock(config: Config) -> StoreLock:
+    """One writer per state store and shard: the lock, not yet taken."""
+    return store_lock(config.state, config.shard)
+
+
+def lease_name(config: Config) -> str:
+    """The HA lease's lock name: one per source database and shard."""
+    return lock_name(config.ha.lock_name, config.source.connect_url().database, shard_name(config.shard))
+
+
+def build_lease(config: Config, source: Source) -> MySqlLease:
+    return MySqlLease(source.engine, lease_name(config), config.ha.takeover_seconds)
+
+
+def build_mapper(config: Config, source_clock: SourceClock) -> Mapper:
+    secrets = configured_secrets(config.export, config.source, config.state)
+    content = ContentPolicy.build(config.content, config.trace.conventions, secrets)
+    return Mapper(config.trace, source_clock, content)
+
+
+def _resource(config: Config) -> dict[str, str]:
+    return resource_attributes(config.service, config.trace, os.environ)
+
+
+# -- the passes -----------------------------------------------------------------------
 
 
 def build_parts(
     config: Config, recorder: Recorder | None = None, sink: Sink | None = None, store: CheckpointStore | None = None
 ) -> Parts:
-    """``sink`` and ``store`` replace the configured ones (the demo's file, a test's store)."""
+    """``sink`` and ``store`` replace the configured ones (the demo's file, a test's store); the parts own them."""
     source = build_source(config)
     return Parts(
         config,
         source,
-        source.clock,
         sink or build_sink(config),
-        store or CheckpointStore(config),
+        store or build_store(config),
         build_mapper(config, source.clock),
-        FastEncoder(resource_attributes(config, os.environ)),
+        FastEncoder(_resource(config)),
         recorder or Recorder(),
     )
 
@@ -96,18 +158,16 @@ def build_exporter(parts: Parts) -> RunExporter:
         recorder.spans_dropped,
         recorder.request_acknowledged,
     )
-    return RunExporter(parts.source, parts.mapper, sender, parts.source_clock, parts.recorder)
+    return RunExporter(parts.source, parts.mapper, sender, parts.recorder)
 
 
 def build_poller(parts: Parts, keep_going: Callable[[], bool] = lambda: True, clock: Callable[[], float] | None = None) -> Poller:
     config = parts.config
     return Poller(
         config.poll,
-        config.shard,
         parts.source,
         parts.store,
         build_exporter(parts),
-        parts.source_clock,
         parts.recorder,
         keep_feedback=config.feedback.enabled,
         keep_going=keep_going,
@@ -117,40 +177,64 @@ def build_poller(parts: Parts, keep_going: Callable[[], bool] = lambda: True, cl
 
 def build_backfill(parts: Parts) -> BackfillPass:
     config = parts.config
-    return BackfillPass(config.poll, config.shard, parts.source, build_exporter(parts), parts.source_clock, parts.recorder)
+    return BackfillPass(config.poll, config.shard, parts.source, build_exporter(parts), parts.recorder)
 
 
-def build_feedback(parts: Parts) -> FeedbackPass | None:
+def build_feedback(parts: Parts, clock: Callable[[], float] | None = None) -> FeedbackPass | None:
     """The feedback recheck, sharing the parts of the poll; None when off."""
     config = parts.config
     if not config.feedback.enabled:
         return None
     log_records = None
     if config.feedback.log_records:
-        log_records = LogRecordSender(
-            build_log_sink(config), resource_attributes(config, os.environ), parts.recorder.export_failed
-        )
-    return FeedbackPass(
-        config.feedback,
-        config.shard,
-        parts.source,
-        parts.sink,
-        parts.store,
-        Evaluations(config.feedback, parts.source_clock, "openinference" in config.trace.conventions),
-        parts.encoder,
-        parts.source_clock,
-        parts.recorder,
-        log_records=log_records,
-        phoenix=_phoenix(config),
-    )
+        log_records = LogRecordSender(build_log_sink(config.export), _resource(config), parts.recorder.export_failed)
+    evaluations = Evaluations(config.feedback, parts.source.clock, "openinference" in config.trace.conventions)
+    sender = FeedbackSender(evaluations, parts.encoder, parts.sink, log_records, _phoenix(config))
+    return FeedbackPass(config.feedback, parts.source, parts.store, sender, parts.recorder, **({"clock": clock} if clock else {}))
+
+
+@dataclass(frozen=True)
+class Service:
+    """What `run-otel run` runs on."""
+
+    store_lock: StoreLock
+    metrics: BridgeMetrics | None
+    server: HealthServer | None
+    parts: Parts
+    poller: Poller
+    feedback: FeedbackPass | None
+    lease: MySqlLease | None
+
+
+def build_service(config: Config, alive: Check, keep_going: Callable[[], bool]) -> Service:
+    """The daemon's parts, the store lock first: without HA it is taken here, for the process's
+    life, before anything binds a port; with HA the daemon takes it only while it holds the lease."""
+    lock = build_store_lock(config)
+    if not config.ha.enabled:
+        lock.__enter__()
+    metrics, server = start_metrics(config, alive)
+    parts = build_parts(config, recorder=metrics)
+    lease = build_lease(config, parts.source) if config.ha.enabled else None
+    return Service(lock, metrics, server, parts, build_poller(parts, keep_going), build_feedback(parts), lease)
+
+
+# -- the bridge's own telemetry ---------------------------------------------------------
+
+
+def build_metrics(config: Config) -> BridgeMetrics:
+    """The metrics with the readers the config asks for (pull, push, or both)."""
+    # Here, not at the top: a backfill without --with-metrics never loads the metrics SDK.
+    from .telemetry.metrics import BridgeMetrics, metric_readers
+
+    readers, registry, exemplars = metric_readers(config.metrics, config.export)
+    return BridgeMetrics(config.feedback, config.poll.settle_seconds, config.shard, readers, registry, exemplars)
 
 
 def start_metrics(config: Config, alive: Check | None = None) -> tuple[BridgeMetrics | None, HealthServer | None]:
     """The metrics and, for Prometheus pull, the /metrics + health server."""
     if not config.metrics.enabled:
         return None, None
-    # Here, not at the top: a backfill without --with-metrics never loads the metrics SDK.
-    from .telemetry.metrics import HealthServer, build_metrics, readiness
+    from .telemetry.metrics import HealthServer, readiness
 
     metrics = build_metrics(config)
     try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -53,19 +54,13 @@ def once(config_path: Path | None, shard: str | None) -> None:
 
     def body() -> None:
         nonlocal undelivered
-        from ..factory import build_feedback, build_parts, build_poller
         from ..ops.daemon import summary
-        from ..pipeline.store_lock import store_lock
+        from ..ops.operations import once
 
-        with store_lock(config):  # a `once` beside a running daemon would export everything twice
-            parts = build_parts(config)
-            result = build_poller(parts).poll()
-            click.echo(summary(result))
-            undelivered = result.rejected_spans + result.dropped_spans
-            feedback = build_feedback(parts)
-            if feedback:
-                checked = feedback.run()
-                click.echo(f"feedback: {checked.rated} rated runs in the window, {checked.sent} new or changed sent")
+        result, checked = once(config, report=lambda polled: click.echo(summary(polled)))
+        undelivered = result.rejected_spans + result.dropped_spans
+        if checked:
+            click.echo(f"feedback: {checked.rated} rated runs in the window, {checked.sent} new or changed sent")
 
     guarded(body)
     if undelivered:
@@ -202,17 +197,15 @@ def show(config_path: Path | None, run_id: str) -> None:
     """
     from rich.console import Console
 
-    from ..ops.operations import run_trace
-    from ..source.reader import Source
+    from ..ops.operations import run_traces
     from .render import print_trace
 
     config = load(config_path)
 
     def body() -> None:
-        source = Source(config)
-        trace = run_trace(config, source, run_id)
+        (trace,), source = run_traces(config, [run_id])
         if trace is None:
-            fail(f"no run with run_id {run_id!r} in {source.describe()}")
+            fail(f"no run with run_id {run_id!r} in {source}")
         else:
             print_trace(Console(), config, trace)
 
@@ -297,30 +290,37 @@ def demo(config_path: Path | None, db_path: Path, out_path: Path, runs: int, see
 
 
 def _demo(base: Config, db_path: Path, out_path: Path, runs: int, seed: int, anchor: datetime | None) -> None:
+    from contextlib import contextmanager
+
     from rich.console import Console
     from rich.table import Table
 
     from ..export.sinks import JsonFileSink
     from ..ops.demo import summary_rows
-    from ..ops.demo_job import demo_traces, export_demo, prepare_demo
+    from ..ops.demo_job import DemoSetup, run_demo
     from .render import ProgressRecorder, print_trace, progress_bar
 
     console = Console(highlight=False)
+
+    @contextmanager
+    def exporting(setup: DemoSetup) -> Iterator[ProgressRecorder]:
+        workload = setup.workload
+        console.print(f"seeded {len(workload.runs)} runs and {len(workload.tools)} tool calls into {db_path} (seed {seed})")
+        with progress_bar(console) as progress:
+            task = progress.add_task(f"exporting to {setup.sink.describe()}", total=len(workload.terminal_runs()), rate="")
+            yield ProgressRecorder(progress, task)
+
     anchor = anchor or _utcnow().replace(minute=0, second=0, microsecond=0, tzinfo=None)
-    setup = prepare_demo(base, db_path, out_path, runs, seed, anchor)
-    workload, sink = setup.workload, setup.sink
-    console.print(f"seeded {len(workload.runs)} runs and {len(workload.tools)} tool calls into {db_path} (seed {seed})")
-    with progress_bar(console) as progress:
-        task = progress.add_task(f"exporting to {sink.describe()}", total=len(workload.terminal_runs()), rate="")
-        result = export_demo(setup, ProgressRecorder(progress, task))
+    done = run_demo(base, db_path, out_path, (runs, seed), anchor, exporting)
+    sink, result = done.setup.sink, done.result
     table = Table(show_header=False, box=None)
     table.add_row("spans exported", f"{result.spans} in {result.run_count} traces to {sink.describe()}")
-    for name, value in summary_rows(workload):
+    for name, value in summary_rows(done.setup.workload):
         table.add_row(name, value)
     console.print(table)
-    for title, trace in demo_traces(setup):
+    for title, trace in done.traces:
         console.rule(title)
-        print_trace(console, setup.config, trace)
+        print_trace(console, done.setup.config, trace)
     if isinstance(sink, JsonFileSink):
         click.echo(f"OTLP-JSON written to {sink.path}")
 

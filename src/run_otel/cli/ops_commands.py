@@ -7,16 +7,11 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
 from .options import CONFIG_OPTION, EXIT_FAILED, EXIT_USAGE, SHARD_OPTION, fail, guarded, load
 from .times import TimeParam
-
-if TYPE_CHECKING:
-    from ..pipeline.checkpoint import CheckpointStore
-    from ..source.reader import Source
 
 # As in cli: what a command runs on is imported in its body, to keep --help fast.
 
@@ -34,18 +29,15 @@ def status(config_path: Path | None, as_json: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from ..ops.operations import shard_statuses
-    from ..pipeline.checkpoint import CheckpointStore
-    from ..source.reader import Source
+    from ..ops.operations import status as shard_status
 
     config = load(config_path)
 
     def body() -> None:
-        store = CheckpointStore(config, create=False)
-        source = Source(config)
-        rows = shard_statuses(store, source)
+        found = shard_status(config)
+        rows = found.shards
         if not rows:
-            fail(f"state store {store.describe()} holds no checkpoint yet")
+            fail(f"state store {found.state_store} holds no checkpoint yet")
         if as_json:
             for row in rows:
                 click.echo(json.dumps(row.as_dict(), sort_keys=True))
@@ -67,7 +59,7 @@ def status(config_path: Path | None, as_json: bool) -> None:
         # A table wraps at 80 columns in a pipe; give it room where no terminal says how wide.
         console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
         console.print(table)
-        console.print(f"state store {rows[0].state_store}; source {source.describe()}")
+        console.print(f"state store {rows[0].state_store}; source {found.source}")
         for row in rows:
             if row.ahead_runs:
                 console.print(
@@ -97,51 +89,20 @@ def rewind(
     """
     if (to_id is None) == (since is None):
         raise click.UsageError("give exactly one of --to-id and --since")
-    from ..ops.operations import lease_holder
-    from ..pipeline.checkpoint import CheckpointStore
-    from ..pipeline.store_lock import store_lock
-    from ..source.reader import Source
+    from ..ops.operations import rewind as move_checkpoint
 
     config = load(config_path, shard)
+    first = to_id if to_id is not None else since
+    assert first is not None  # exactly one of the two, checked above
 
     def body() -> None:
-        source = Source(config)
-        holder = lease_holder(config, source)
-        if holder and not force:
-            fail(
-                f"another instance (connection {holder}) holds the HA lease "
-                "and would overwrite the checkpoint; stop it, or use --force"
-            )
-        store = CheckpointStore(config, create=False)
-        lock = store_lock(config)
-        if not lock.acquire() and not force:
-            fail(f"{lock.in_use()}, which would save its own checkpoint over this one; stop it first, or use --force")
-        try:
-            _rewind(store, source, to_id, since, yes)
-        finally:
-            lock.release()
+        line = move_checkpoint(config, first, force, confirm=lambda question: yes or click.confirm(question))
+        if line is None:
+            fail("nothing changed", EXIT_FAILED)
+        else:
+            click.echo(line)
 
     guarded(body)
-
-
-def _rewind(store: CheckpointStore, source: Source, to_id: int | None, since: datetime | None, yes: bool) -> None:
-    from ..ops.operations import rewind_line, rewound
-
-    current = store.load()
-    if current is None:
-        raise click.ClickException(f"no checkpoint for {store.name} in {store.describe()}: set poll.start_from instead")
-    if to_id is not None:
-        first_id = to_id
-    else:
-        assert since is not None  # exactly one of the two, checked above
-        first_id = source.first_id_created_at_or_after(source.clock.naive(since))
-    if not yes and not click.confirm(
-        f"move {store.name} in {store.describe()} from high-water id {current.high_water} so the next poll "
-        f"exports from run id {first_id}?"
-    ):
-        fail("nothing changed", EXIT_FAILED)
-    store.save(rewound(current, first_id), time.time())
-    click.echo(rewind_line(store.name, current.high_water, first_id))
 
 
 @click.command("export")
@@ -154,14 +115,12 @@ def export_command(config_path: Path | None, run_ids: tuple[str, ...], incomplet
     A finished run is sent as the daemon would send it. A waiting run is
     skipped unless --incomplete, which sends it as incomplete (ERROR).
     """
-    from ..factory import build_exporter, build_parts
-    from ..ops.operations import export_run_ids
+    from ..ops.operations import export_runs
 
     config = load(config_path)
 
     def body() -> None:
-        parts = build_parts(config)
-        outcome = export_run_ids(parts.source, build_exporter(parts), run_ids, incomplete)
+        outcome = export_runs(config, run_ids, incomplete)
         for run_id, trace in outcome.sent:
             click.echo(f"sent {run_id} as trace {trace}")
         for run_id in outcome.waiting:
@@ -199,13 +158,12 @@ def health(config_path: Path | None, live: bool) -> None:
     metrics.host and metrics.port from the same config and RUN_OTEL_* variables
     as the daemon, so a container HEALTHCHECK follows a changed port.
     """
-    from ..ops.operations import probe, probe_url
+    from ..ops.operations import health as probe_health
 
     config = load(config_path)
     if not config.metrics.enabled:
         fail("metrics.enabled is false, so nothing serves /readyz or /healthz", EXIT_USAGE)
-    url = probe_url(config.metrics.host, config.metrics.port, "/healthz" if live else "/readyz")
-    healthy, why = probe(url)
+    url, healthy, why = probe_health(config, live)
     click.echo(f"{url}: {why}")
     if not healthy:
         sys.exit(EXIT_FAILED)

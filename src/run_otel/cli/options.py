@@ -50,6 +50,7 @@ def load(config_path: Path | None, shard: str | None = None, demo: bool = False)
             EXIT_USAGE,
         )
     from ..config import ConfigError, load_config, overridden_file_keys
+    from ..mapping.masking import Scrubber, configured_secrets
     from ..sharding import ShardError, parse_shard
     from ..telemetry.logs import configure_logging, scrub_output
 
@@ -57,12 +58,13 @@ def load(config_path: Path | None, shard: str | None = None, demo: bool = False)
         config = load_config(config_path)
         if shard:
             config = replace(config, shard=parse_shard(shard))
-        config.source_url()  # reads source.password_file now, so a bad path fails at start
+        config.source.connect_url()  # reads source.password_file now, so a bad path fails at start
     except (ConfigError, ShardError) as exc:
         fail(f"config: {exc}", EXIT_USAGE)
     except OSError as exc:
         fail(f"config: source.password_file: {exc.strerror}: {exc.filename}", EXIT_USAGE)
-    configure_logging(config, scrubber=scrub_output(config))
+    scrubber = Scrubber.for_secrets(configured_secrets(config.export, config.source, config.state))
+    configure_logging(config.log, scrub_output(scrubber))
     for line in overridden_file_keys(config_path):
         log.warning(line)
     return config
@@ -73,15 +75,16 @@ def guarded(action: Callable[[], None]) -> None:
     from ..config import ConfigError
     from ..export.sinks import ExportError
     from ..factory import MetricsPortError
-    from ..ops.lease import LeaseError
+    from ..ops.operations import Refused
     from ..pipeline.checkpoint import CheckpointError
+    from ..pipeline.lease import LeaseError
     from ..source.reader import SourceError
 
     try:
         action()
     except ConfigError as exc:  # found only when a part is built, such as a driver that is not installed
         fail(f"config: {exc}", EXIT_USAGE)
-    except (SourceError, ExportError, CheckpointError, LeaseError, MetricsPortError) as exc:
+    except (SourceError, ExportError, CheckpointError, LeaseError, MetricsPortError, Refused) as exc:
         fail(str(exc))
 
 

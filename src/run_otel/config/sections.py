@@ -36,6 +36,14 @@ class SourceConfig:
     # Off by default: the JSON functions cost the agent's database 5.7x the CPU of sending the column.
     evidence_in_database: bool = False
 
+    def connect_url(self) -> URL:
+        """The URL to connect with, with the password from ``password_file`` if set."""
+        url = make_url(self.url)
+        if self.password_file:
+            secret = Path(self.password_file).read_text(encoding="utf-8").strip()
+            url = url.set(password=secret)
+        return url
+
 
 @dataclass(frozen=True)
 class StateConfig:
@@ -79,6 +87,12 @@ class ExportConfig:
     logs_client_key: str = ""
     # Under the 4 MiB gRPC receive limit most receivers keep (the collector's, Jaeger's).
     max_request_bytes: int = 3 * 1024 * 1024
+
+    def resolved_endpoint(self) -> str:
+        """The OTLP endpoint, defaulting per protocol as the OTLP spec does."""
+        if self.endpoint:
+            return self.endpoint
+        return "http://localhost:4318" if self.protocol == "http/protobuf" else "localhost:4317"
 
 
 @dataclass(frozen=True)
@@ -213,20 +227,6 @@ class Config:
     feedback: FeedbackConfig = field(default_factory=FeedbackConfig)
     # Not a key: set by the CLI (--shard), kept here so it travels with the rest.
     shard: tuple[int, int] = (0, 1)
-
-    def source_url(self) -> URL:
-        """The source URL, with the password from ``source.password_file`` if set."""
-        url = make_url(self.source.url)
-        if self.source.password_file:
-            secret = Path(self.source.password_file).read_text(encoding="utf-8").strip()
-            url = url.set(password=secret)
-        return url
-
-    def export_endpoint(self) -> str:
-        """The OTLP endpoint, defaulting per protocol as the OTLP spec does."""
-        if self.export.endpoint:
-            return self.export.endpoint
-        return "http://localhost:4318" if self.export.protocol == "http/protobuf" else "localhost:4317"
 
 
 _SECTION_TYPES = get_type_hints(Config)

@@ -15,22 +15,22 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
 
 from .. import __version__
-from ..config import Config
+from ..config import ServiceConfig, TraceConfig
 from ..mapping import attributes as A
 from ..mapping.span_data import AttrValue, SpanData
 from ..otel_env import resource_attributes_from_env
 
 
-def resource_attributes(config: Config, env: Mapping[str, str]) -> dict[str, str]:
+def resource_attributes(service: ServiceConfig, trace: TraceConfig, env: Mapping[str, str]) -> dict[str, str]:
     """OTEL_RESOURCE_ATTRIBUTES, then run-otel's service keys on top."""
     attrs = resource_attributes_from_env(env)
-    attrs[A.SERVICE_NAME] = config.service.name
-    if config.service.namespace:
-        attrs[A.SERVICE_NAMESPACE] = config.service.namespace
-    if config.service.environment:
-        attrs[A.DEPLOYMENT_ENVIRONMENT_NAME] = config.service.environment
-    if "openinference" in config.trace.conventions:
-        attrs[A.OI_PROJECT_NAME] = config.trace.project_name or config.service.name
+    attrs[A.SERVICE_NAME] = service.name
+    if service.namespace:
+        attrs[A.SERVICE_NAMESPACE] = service.namespace
+    if service.environment:
+        attrs[A.DEPLOYMENT_ENVIRONMENT_NAME] = service.environment
+    if "openinference" in trace.conventions:
+        attrs[A.OI_PROJECT_NAME] = trace.project_name or service.name
     return dict(sorted(attrs.items()))
 
 
@@ -169,8 +169,10 @@ class FastEncoder:
             parts += (b"\x41", _pack_fixed64(span.end_ns))
         cache = self._kv_cache
         for key, value in span.attributes:
-            # The class is part of the key: True == 1 but they encode differently.
-            cache_key = (key, value.__class__, value)
+            # Equal values can encode differently: True == 1 (so the class is
+            # in the key) and 0.0 == -0.0 (so a float is keyed by its repr).
+            cls = value.__class__
+            cache_key = (key, cls, repr(value) if cls is float else value)
             field = cache.get(cache_key)
             if field is None:
                 kv = self._key_value(key, value)

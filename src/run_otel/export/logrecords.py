@@ -18,7 +18,7 @@ from opentelemetry.proto.logs.v1.logs_pb2 import SEVERITY_NUMBER_INFO, LogRecord
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 from .. import __version__
-from ..config import Config
+from ..config import ExportConfig
 from ..mapping import attributes as A
 from ..mapping.span_data import LogData
 from .encoding import any_value
@@ -41,9 +41,9 @@ class HttpLogSink(HttpSink):
     PATH = "/v1/logs"
 
 
-def build_log_sink(config: Config) -> GrpcLogSink | HttpLogSink:
-    tls = logs_tls(config.export)
-    if config.export.protocol == "http/protobuf":
+def build_log_sink(config: ExportConfig) -> GrpcLogSink | HttpLogSink:
+    tls = logs_tls(config)
+    if config.protocol == "http/protobuf":
         return HttpLogSink(config, tls)
     return GrpcLogSink(config, tls)
 

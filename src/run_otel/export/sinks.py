@@ -31,7 +31,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from ..config import Config
+from ..config import ExportConfig
 from .deadline import Deadline
 from .transport import Tls, explain, grpc_target, traces_tls
 
@@ -156,10 +156,10 @@ class GrpcSink:
     # A subclass sends another signal's requests (logrecords.py).
     METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 
-    def __init__(self, config: Config, tls: Tls | None = None):
-        self._endpoint = config.export_endpoint()
-        tls = tls or traces_tls(config.export)
-        where = grpc_target(self._endpoint, config.export, tls)
+    def __init__(self, config: ExportConfig, tls: Tls | None = None):
+        self._endpoint = config.resolved_endpoint()
+        tls = tls or traces_tls(config)
+        where = grpc_target(self._endpoint, config, tls)
         self._target = where.target
         self._tls_without_client = where.secure and not tls.cert
         options = [("grpc.max_send_message_length", 64 * 1024 * 1024)]
@@ -174,10 +174,10 @@ class GrpcSink:
             request_serializer=None,
             response_deserializer=ExportTraceServiceResponse.FromString,
         )
-        self._metadata = tuple((k.lower(), v) for k, v in config.export.headers.items())
-        self._deadline = Deadline(config.export.timeout_seconds, config.export.max_timeout_seconds)
-        self._attempts = config.export.max_attempts
-        self._compression = grpc.Compression.Gzip if config.export.compression == "gzip" else grpc.Compression.NoCompression
+        self._metadata = tuple((k.lower(), v) for k, v in config.headers.items())
+        self._deadline = Deadline(config.timeout_seconds, config.max_timeout_seconds)
+        self._attempts = config.max_attempts
+        self._compression = grpc.Compression.Gzip if config.compression == "gzip" else grpc.Compression.NoCompression
 
     def describe(self) -> str:
         return f"OTLP/gRPC {self._target}"
@@ -211,22 +211,22 @@ class GrpcSink:
 class HttpSink:
     PATH = "/v1/traces"
 
-    def __init__(self, config: Config, tls: Tls | None = None):
-        endpoint = config.export_endpoint().rstrip("/").removesuffix("/v1/traces")
+    def __init__(self, config: ExportConfig, tls: Tls | None = None):
+        endpoint = config.resolved_endpoint().rstrip("/").removesuffix("/v1/traces")
         self._url = f"{endpoint}{self.PATH}"
         import requests  # here: a gRPC export never loads it
 
         self._requests = requests
         self._session = requests.Session()
-        tls = tls or traces_tls(config.export)
+        tls = tls or traces_tls(config)
         # Per request, not on the session: requests lets REQUESTS_CA_BUNDLE beat a session's CA.
         self._verify, self._cert = tls.requests_verify(), tls.requests_cert()
-        self._headers = {"Content-Type": "application/x-protobuf", **config.export.headers}
-        self._gzip = config.export.compression == "gzip"
+        self._headers = {"Content-Type": "application/x-protobuf", **config.headers}
+        self._gzip = config.compression == "gzip"
         if self._gzip:
             self._headers["Content-Encoding"] = "gzip"
-        self._deadline = Deadline(config.export.timeout_seconds, config.export.max_timeout_seconds)
-        self._attempts = config.export.max_attempts
+        self._deadline = Deadline(config.timeout_seconds, config.max_timeout_seconds)
+        self._attempts = config.max_attempts
 
     def describe(self) -> str:
         return f"OTLP/HTTP {self._url}"
@@ -331,7 +331,7 @@ def otlp_json(request: ExportTraceServiceRequest) -> str:
     return json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
 
 
-def build_sink(config: Config) -> GrpcSink | HttpSink:
-    if config.export.protocol == "http/protobuf":
+def build_sink(config: ExportConfig) -> GrpcSink | HttpSink:
+    if config.protocol == "http/protobuf":
         return HttpSink(config)
     return GrpcSink(config)

@@ -19,7 +19,7 @@ from typing import TextIO
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from ..config import Config
+from ..config import ExportConfig, SourceConfig, StateConfig
 from .redaction import MIN_SECRET as _MIN_SECRET
 from .redaction import Redactor
 
@@ -27,22 +27,22 @@ MASK = "***"
 _SCHEME = re.compile(r"(?i)^\s*(?:bearer|basic|token|digest|apikey|negotiate)\s+(\S+)\s*$")
 
 
-def configured_secrets(config: Config) -> list[str]:
+def configured_secrets(export: ExportConfig, source: SourceConfig, state: StateConfig) -> list[str]:
     """Every secret value the config holds: each export header's value and, for an
     ``Authorization``-style value, its bare token; the source password (from the
     URL or source.password_file) and the state store's password."""
     secrets: list[str] = []
-    for value in config.export.headers.values():
+    for value in export.headers.values():
         secrets.append(value)
         token = _SCHEME.match(value)
         if token:
             secrets.append(token.group(1))
     try:
-        secrets.append(str(config.source_url().password or ""))
+        secrets.append(str(source.connect_url().password or ""))
     except OSError:
         pass
     try:
-        secrets.append(str(make_url(config.state.url).password or ""))
+        secrets.append(str(make_url(state.url).password or ""))
     except ArgumentError:
         pass
     return [s for s in secrets if len(s) >= _MIN_SECRET]
@@ -57,8 +57,8 @@ class Scrubber:
         self._redactor = redactor
 
     @classmethod
-    def for_config(cls, config: Config) -> Scrubber:
-        return cls(configured_secrets(config), Redactor.for_secrets())
+    def for_secrets(cls, secrets: Iterable[str]) -> Scrubber:
+        return cls(secrets, Redactor.for_secrets())
 
     def scrub(self, text: str) -> str:
         for secret in self._secrets:

@@ -57,41 +57,41 @@ def run_backfill(
     if workers > 1:
         return _run_in_parts(config, window, ids, progress, workers)
     metrics, server = start_metrics(config) if with_metrics else (None, None)
-    parts = build_parts(config, recorder=metrics)
-    backfill = build_backfill(parts)
-    ids_plan = plan(parts.source, window, *ids)
-    signal.signal(signal.SIGTERM, lambda *_: backfill.stop_requested.set())
-    outcome = BackfillOutcome(ids_plan, window, read_to=ids_plan.first_id - 1)
-    started = time.monotonic()
-    error: Exception | None = None
-    if not ids_plan.empty:
-        label = f"backfill ids {ids_plan.first_id}..{ids_plan.last_id}"
-        with progress(label, ids_plan.last_id - ids_plan.first_id + 1) as advance:
+    with build_parts(config, recorder=metrics) as parts:
+        backfill = build_backfill(parts)
+        ids_plan = plan(parts.source, window, *ids)
+        signal.signal(signal.SIGTERM, lambda *_: backfill.stop_requested.set())
+        outcome = BackfillOutcome(ids_plan, window, read_to=ids_plan.first_id - 1)
+        started = time.monotonic()
+        error: Exception | None = None
+        if not ids_plan.empty:
+            label = f"backfill ids {ids_plan.first_id}..{ids_plan.last_id}"
+            with progress(label, ids_plan.last_id - ids_plan.first_id + 1) as advance:
 
-            def on_batch(result: PollResult, cursor: int) -> None:
-                outcome.add(result, cursor)
-                rate = outcome.total.spans / max(time.monotonic() - started, 1e-9)
-                advance(cursor - ids_plan.first_id + 1, f"{rate:,.0f} spans/s")
+                def on_batch(result: PollResult, cursor: int) -> None:
+                    outcome.add(result, cursor)
+                    rate = outcome.total.spans / max(time.monotonic() - started, 1e-9)
+                    advance(cursor - ids_plan.first_id + 1, f"{rate:,.0f} spans/s")
 
-            try:
-                backfill.run(
-                    ids_plan.first_id, ids_plan.last_id, on_batch, record_metrics=with_metrics, created_in=window.contains
-                )
-            except (SourceError, ExportError) as exc:  # what was sent stays sent: say where to resume
-                error = exc
-    outcome.seconds = time.monotonic() - started
-    # The order probes read the database; after a failure it may be away, and the resume line matters more.
-    outcome.warning = order_warning(ids_plan, outcome.total.outside_window, parts.source) if error is None else None
-    if server:
-        server.stop()
-    if metrics:
-        metrics.shutdown()
-    resume = resume_hint(outcome.read_to, ids_plan.last_id)
-    if error is not None:
-        outcome.failure = f"{error}; stopped after run id {outcome.read_to}: {resume}"
-    elif backfill.stop_requested.is_set() and outcome.read_to < ids_plan.last_id:
-        outcome.failure = f"stopped by SIGTERM after run id {outcome.read_to}: {resume}"
-    return outcome
+                try:
+                    backfill.run(
+                        ids_plan.first_id, ids_plan.last_id, on_batch, record_metrics=with_metrics, created_in=window.contains
+                    )
+                except (SourceError, ExportError) as exc:  # what was sent stays sent: say where to resume
+                    error = exc
+        outcome.seconds = time.monotonic() - started
+        # The order probes read the database; after a failure it may be away, and the resume line matters more.
+        outcome.warning = order_warning(ids_plan, outcome.total.outside_window, parts.source) if error is None else None
+        if server:
+            server.stop()
+        if metrics:
+            metrics.shutdown()
+        resume = resume_hint(outcome.read_to, ids_plan.last_id)
+        if error is not None:
+            outcome.failure = f"{error}; stopped after run id {outcome.read_to}: {resume}"
+        elif backfill.stop_requested.is_set() and outcome.read_to < ids_plan.last_id:
+            outcome.failure = f"stopped by SIGTERM after run id {outcome.read_to}: {resume}"
+        return outcome
 
 
 def _run_in_parts(

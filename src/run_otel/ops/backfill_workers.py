@@ -24,6 +24,7 @@ from typing import Any, Literal
 from ..config import Config
 from ..export.sinks import ExportError
 from ..factory import build_backfill, build_parts
+from ..mapping.masking import Scrubber, configured_secrets
 from ..mapping.span_data import trace_id_for
 from ..pipeline.backfill import Plan, Window
 from ..pipeline.results import PollResult
@@ -176,8 +177,9 @@ def _notice_deaths(tally: Tally, processes: list[BaseProcess], reports: Any) -> 
 
 def _work(config: Config, window: Window, k: int, first_id: int, last_id: int, reports: Any) -> None:
     """One part, in its own process: the same pass a single backfill runs."""
-    configure_logging(config, scrubber=scrub_output(config))
-    parts = build_parts(config)
+    scrubber = Scrubber.for_secrets(configured_secrets(config.export, config.source, config.state))
+    configure_logging(config.log, scrub_output(scrubber))
+    parts = build_parts(config)  # closed below, once the part's last batch is sent
     backfill = build_backfill(parts)
     signal.signal(signal.SIGTERM, lambda *_: backfill.stop_requested.set())
 

@@ -11,10 +11,11 @@ from sqlalchemy import inspect, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from ..config import Config, ConfigError
-from ..export.sinks import ExportError, build_sink
+from ..export.sinks import ExportError
 from ..export.transport import transport_warnings
+from ..factory import build_probe_sink, build_source, build_store
 from ..mapping.feedback_vocab import unmapped_in_window
-from ..pipeline.checkpoint import CheckpointError, CheckpointStore
+from ..pipeline.checkpoint import CheckpointError
 from ..sharding import shard_from_name
 from ..source.clock import zone_finding
 from ..source.columns import columns_read
@@ -42,7 +43,7 @@ class Finding:
 def run_checks(config: Config) -> Iterator[Finding]:
     yield Finding(OK, "config", "valid")
     try:
-        source = Source(config)
+        source = build_source(config)
     except ConfigError as exc:  # a driver that SQLAlchemy does not know, or that is not installed
         yield Finding(FAIL, "source.url", str(exc))
         yield from _check_endpoint(config)
@@ -219,7 +220,7 @@ def _check_feedback_values(config: Config, source: Source) -> Iterator[Finding]:
 
 def _check_state(config: Config) -> Iterator[Finding]:
     try:
-        store = CheckpointStore(config)
+        store = build_store(config)
         saved = store.load()
         store.close()
     except (CheckpointError, ConfigError) as exc:
@@ -234,7 +235,7 @@ def _check_checkpoint_ahead(config: Config, source: Source) -> Iterator[Finding]
     from ..pipeline.guard import behind_message
 
     try:
-        store = CheckpointStore(config, create=False)
+        store = build_store(config, create=False)
     except (CheckpointError, ConfigError):
         return  # no store yet: the state store check says so
     try:
@@ -255,14 +256,9 @@ def _check_checkpoint_ahead(config: Config, source: Source) -> Iterator[Finding]
 
 
 def _check_endpoint(config: Config) -> Iterator[Finding]:
-    from dataclasses import replace
-
-    quick = replace(
-        config, export=replace(config.export, max_attempts=1, timeout_seconds=min(5.0, config.export.timeout_seconds))
-    )
-    for warning in transport_warnings(config.export, config.export_endpoint()):
+    for warning in transport_warnings(config.export, config.export.resolved_endpoint()):
         yield Finding(WARN, "otlp transport", warning)
-    sink = build_sink(quick)
+    sink = build_probe_sink(config)
     try:
         # An empty request is valid OTLP: it proves the endpoint speaks it, and exports nothing.
         sink.send(ExportTraceServiceRequest().SerializeToString())

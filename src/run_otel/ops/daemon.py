@@ -29,13 +29,11 @@ from .. import __version__
 from ..config import Config
 from ..export.sinks import ExportError
 from ..export.transport import transport_warnings
-from ..factory import build_feedback, build_parts, build_poller, start_metrics
+from ..factory import build_service
 from ..pipeline.checkpoint import CheckpointError
 from ..pipeline.results import PollResult
-from ..pipeline.store_lock import StoreLock, store_lock
 from ..source.reader import SourceError
 from .effective_settings import effective_settings
-from .lease import MySqlLease, lease_name_for
 
 if TYPE_CHECKING:
     from apscheduler.schedulers.background import BackgroundScheduler
@@ -72,21 +70,16 @@ class Daemon:
         self._busy = threading.Lock()  # the interval job and a wake-up never overlap
         self._tick_started: float | None = None
         self._scheduler = None
-        self.lease: MySqlLease | None = None
-        # Without HA the store is locked for the process's life; with HA, only while the lease is held.
-        self.store_lock: StoreLock = store_lock(config)
         self._waiting_for_store = False
-        if not config.ha.enabled:
-            self.store_lock.__enter__()
-        self.metrics, self.server = start_metrics(config, alive=self.alive)
-        parts = build_parts(config, recorder=self.metrics)
-        self._sink = parts.sink
-        self._receiver_seen_down = False
-        self.poller = build_poller(parts, keep_going=self._holding)
-        self.feedback = build_feedback(parts)
         self._feedback_due = 0.0  # time.monotonic() of the next feedback pass
-        if config.ha.enabled:
-            self.lease = MySqlLease(parts.source.engine, lease_name_for(config), config.ha.takeover_seconds)
+        # Without HA the store is locked for the process's life; with HA, only while the lease is held.
+        service = self._service = build_service(config, alive=self.alive, keep_going=self._holding)
+        self.store_lock, self.lease = service.store_lock, service.lease
+        self.metrics, self.server = service.metrics, service.server
+        self.poller, self.feedback = service.poller, service.feedback
+        # Probed during an export backoff: the poll's own sink, so its answer is the poll's.
+        self._sink = service.parts.sink
+        self._receiver_seen_down = False
 
     # -- health -------------------------------------------------------------------
 
@@ -252,7 +245,7 @@ class Daemon:
         signal.signal(signal.SIGTERM, self.stop)
         signal.signal(signal.SIGINT, self.stop)
         log.info("run-otel %s starting: %s", __version__, effective_settings(self._config))
-        for warning in transport_warnings(self._config.export, self._config.export_endpoint()):
+        for warning in transport_warnings(self._config.export, self._config.export.resolved_endpoint()):
             log.warning(warning)
         scheduler.start()
         self._stop.wait()
@@ -274,6 +267,7 @@ class Daemon:
         if self.lease:
             self.lease.release()
         self.store_lock.release()
+        self._service.parts.close()
         if self.server:
             self.server.stop()
         if self.metrics:

@@ -10,14 +10,14 @@ from ..source.engine import safe_url
 def effective_settings(config: Config) -> str:
     """Where it reads, where it writes and how: the line an SRE checks first."""
     try:
-        source = safe_url(config.source_url())
+        source = safe_url(config.source.connect_url())
     except OSError:
         source = "(source.password_file unreadable)"
     parts = [
         f"source={source}",
         f"timezone={config.source.timezone}",
         f"tls={config.source.tls_mode}",
-        f"endpoint={config.export.protocol} {config.export_endpoint()}",
+        f"endpoint={config.export.protocol} {config.export.resolved_endpoint()}",
         f"state={_masked(config.state.url)}",
         f"shard={shard_name(config.shard)}",
         f"start_from={config.poll.start_from}",

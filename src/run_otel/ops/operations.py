@@ -1,23 +1,43 @@
-"""Seeing and steering a deployment: `status`, `rewind` and `export`.
+"""Seeing and steering a deployment: `once`, `status`, `rewind`, `export` and `show`.
 
-Each returns plain values; the CLI renders them.
+Each gets its parts from the factory, closes them, and returns plain values;
+the CLI renders them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-
-from sqlalchemy import text
+from datetime import datetime
 
 from ..config import Config
 from ..mapping.span_data import MappedRun, trace_id_for
 from ..pipeline.checkpoint import Checkpoint, CheckpointStore
+from ..pipeline.feedback import FeedbackResult
+from ..pipeline.named_lock import lock_holder
+from ..pipeline.results import PollResult
 from ..pipeline.run_export import RunExporter
 from ..source.reader import Backlog, Source
 from ..source.readings import read_run, read_tool
 from ..source.rows import RunRow, is_terminal
-from .lease import lease_name_for
+
+
+class Refused(RuntimeError):
+    """An operation that would fight another instance, or has nothing to work on."""
+
+
+def once(config: Config, report: Callable[[PollResult], None]) -> tuple[PollResult, FeedbackResult | None]:
+    """One poll, then one feedback pass, under the store lock; ``report`` hears the poll's result before
+    the feedback pass starts, so it is shown even when that pass fails."""
+    from ..factory import build_feedback, build_parts, build_poller, build_store_lock
+
+    # The lock first: a `once` beside a running daemon would export everything twice.
+    with build_store_lock(config), build_parts(config) as parts:
+        result = build_poller(parts).poll()
+        report(result)
+        feedback = build_feedback(parts)
+        return result, feedback.run() if feedback else None
 
 
 @dataclass(frozen=True)
@@ -35,6 +55,28 @@ class ShardStatus:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class Status:
+    shards: list[ShardStatus]
+    state_store: str
+    source: str
+
+
+def status(config: Config) -> Status:
+    """Reads only: a state store that does not exist is an error, never created."""
+    from ..factory import build_source, build_store
+
+    store = build_store(config, create=False)
+    try:
+        source = build_source(config)
+        try:
+            return Status(shard_statuses(store, source), store.describe(), source.describe())
+        finally:
+            source.close()
+    finally:
+        store.close()
 
 
 def shard_statuses(store: CheckpointStore, source: Source) -> list[ShardStatus]:
@@ -83,9 +125,54 @@ def lease_holder(config: Config, source: Source) -> int | None:
     """The connection id holding this shard's HA lease, if another instance runs."""
     if not config.ha.enabled or source.engine.dialect.name != "mysql":
         return None
-    name = lease_name_for(config)
-    with source.engine.connect() as conn:
-        return conn.execute(text("SELECT IS_USED_LOCK(:name)"), {"name": name}).scalar()
+    from ..factory import lease_name
+
+    return lock_holder(source.engine, lease_name(config))
+
+
+def rewind(config: Config, first: int | datetime, force: bool, confirm: Callable[[str], bool]) -> str | None:
+    """Moves the checkpoint so the next poll reads run id ``first`` (or the first run created at
+    ``first``) again; None when ``confirm`` declined. Refused while another instance holds the HA
+    lease or the store, unless ``force``."""
+    from ..factory import build_source, build_store, build_store_lock
+
+    source = build_source(config)
+    try:
+        holder = lease_holder(config, source)
+        if holder and not force:
+            raise Refused(
+                f"another instance (connection {holder}) holds the HA lease "
+                "and would overwrite the checkpoint; stop it, or use --force"
+            )
+        store = build_store(config, create=False)
+        try:
+            lock = build_store_lock(config)
+            if not lock.acquire() and not force:
+                raise Refused(
+                    f"{lock.in_use()}, which would save its own checkpoint over this one; stop it first, or use --force"
+                )
+            try:
+                return _rewind(store, source, first, confirm)
+            finally:
+                lock.release()
+        finally:
+            store.close()
+    finally:
+        source.close()
+
+
+def _rewind(store: CheckpointStore, source: Source, first: int | datetime, confirm: Callable[[str], bool]) -> str | None:
+    current = store.load()
+    if current is None:
+        raise Refused(f"no checkpoint for {store.name} in {store.describe()}: set poll.start_from instead")
+    first_id = first if isinstance(first, int) else source.first_id_created_at_or_after(source.clock.naive(first))
+    if not confirm(
+        f"move {store.name} in {store.describe()} from high-water id {current.high_water} so the next poll "
+        f"exports from run id {first_id}?"
+    ):
+        return None
+    store.save(rewound(current, first_id), time.time())
+    return rewind_line(store.name, current.high_water, first_id)
 
 
 @dataclass
@@ -94,6 +181,14 @@ class ExportOutcome:
     waiting: list[str]  # run_ids not finished, not sent without --incomplete
     unknown: list[str]
     spans: int
+
+
+def export_runs(config: Config, run_ids: Sequence[str], incomplete: bool) -> ExportOutcome:
+    """Sends ``run_ids`` now, whatever the checkpoint says; it is not moved."""
+    from ..factory import build_exporter, build_parts
+
+    with build_parts(config) as parts:
+        return export_run_ids(parts.source, build_exporter(parts), run_ids, incomplete)
 
 
 def export_run_ids(source: Source, exporter: RunExporter, run_ids: Sequence[str], incomplete: bool) -> ExportOutcome:
@@ -121,6 +216,17 @@ class RunTrace:
     warnings: list[str]  # the row's and the mapping's
 
 
+def run_traces(config: Config, run_ids: Sequence[str]) -> tuple[list[RunTrace | None], str]:
+    """The spans each run maps to (None for a run_id no run has), and the source they were read from."""
+    from ..factory import build_source
+
+    source = build_source(config)
+    try:
+        return [run_trace(config, source, run_id) for run_id in run_ids], source.describe()
+    finally:
+        source.close()
+
+
 def run_trace(config: Config, source: Source, run_id: str) -> RunTrace | None:
     """The spans ``run_id`` maps to; None when no run has that run_id."""
     row = source.run_by_run_id(run_id)
@@ -133,6 +239,13 @@ def run_trace(config: Config, source: Source, run_id: str) -> RunTrace | None:
     tools = [read_tool(tool, warnings) for tool in source.tools_for([run.run_id])[run.run_id]]
     mapped = build_mapper(config, source.clock).map_run(run, tools)
     return RunTrace(run, mapped, warnings + mapped.warnings)
+
+
+def health(config: Config, live: bool) -> tuple[str, bool, str]:
+    """(the URL asked, answered 200, what it answered): /healthz when ``live``, else /readyz."""
+    url = probe_url(config.metrics.host, config.metrics.port, "/healthz" if live else "/readyz")
+    healthy, why = probe(url)
+    return url, healthy, why
 
 
 def probe_url(host: str, port: int, path: str) -> str:

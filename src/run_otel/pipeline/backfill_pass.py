@@ -12,7 +12,6 @@ from functools import partial
 
 from ..config import PollConfig
 from ..sharding import Shard, in_shard
-from ..source.clock import SourceClock
 from ..source.reader import Source
 from ..source.reconnect import Reconnecting
 from ..source.rows import RunRow, ToolRow, is_terminal
@@ -44,7 +43,6 @@ class BackfillPass:
         shard: Shard,
         source: Source,
         exporter: RunExporter,
-        source_clock: SourceClock,
         recorder: Recorder,
         clock: Callable[[], float] = time.time,
     ):
@@ -52,7 +50,6 @@ class BackfillPass:
         self._shard = shard
         self._source = source
         self._exporter = exporter
-        self._source_clock = source_clock
         self._recorder = recorder
         self._clock = clock
         self._rules = Rules.from_config(poll)
@@ -101,4 +98,4 @@ class BackfillPass:
             yield _Batch(cursor, inside, ready, tools, len(runs) - len(inside))
 
     def _finished(self, run: RunRow, now: float) -> bool:
-        return is_terminal(run.status) or timed_out(self._source_clock.epoch(run.created_at), now, now, self._rules)
+        return is_terminal(run.status) or timed_out(self._source.clock.epoch(run.created_at), now, now, self._rules)

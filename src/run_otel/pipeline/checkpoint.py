@@ -15,8 +15,8 @@ from sqlalchemy import BigInteger, Column, Connection, Float, Integer, MetaData,
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
-from ..config import Config
-from ..sharding import shard_name
+from ..config import StateConfig
+from ..sharding import Shard, shard_name
 from ..source.engine import make_engine, safe_url
 
 log = logging.getLogger(__name__)
@@ -67,9 +67,10 @@ class Checkpoint:
 
 
 class CheckpointStore:
-    def __init__(self, config: Config, create: bool = True):
-        self._url = make_url(config.state.url)
-        self.name = shard_name(config.shard)
+    def __init__(self, config: StateConfig, shard: Shard, create: bool = True):
+        self._url = make_url(config.url)
+        self.shard = shard
+        self.name = shard_name(shard)
         if not create and self._url.get_backend_name() == "sqlite" and not Path(self._url.database or "").is_file():
             raise CheckpointError(f"no state store at {self.describe()}: nothing has been exported with this config yet")
         self.engine = make_engine(self._url)

@@ -76,3 +76,9 @@ class NamedLock:
             except SQLAlchemyError:
                 pass
             self.conn = None
+
+
+def lock_holder(engine: Engine, name: str) -> int | None:
+    """The connection id holding ``name``, or None while it is free."""
+    with engine.connect() as conn:
+        return conn.execute(text("SELECT IS_USED_LOCK(:name)"), {"name": name}).scalar()

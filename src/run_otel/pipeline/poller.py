@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable
 
 from ..config import PollConfig
-from ..sharding import Shard, in_shard
-from ..source.clock import SourceClock, zone_finding
+from ..sharding import in_shard
+from ..source.clock import zone_finding
 from ..source.reader import Source, SourceError
 from ..source.rows import RunRow
 from .checkpoint import Checkpoint, CheckpointStore
@@ -32,11 +32,9 @@ class Poller:
     def __init__(
         self,
         poll: PollConfig,
-        shard: Shard,
         source: Source,
         store: CheckpointStore,
         exporter: RunExporter,
-        source_clock: SourceClock,
         recorder: Recorder,
         keep_feedback: bool = False,
         clock: Callable[[], float] = time.time,
@@ -50,12 +48,12 @@ class Poller:
         self._exporter = exporter
         self._recorder = recorder
         self._clock = clock
-        self._source_clock = source_clock
         self._rules = Rules.from_config(poll)
         self._zone_checked = False
         self._high_water: int | None = None
         self._checkpoint_pending = 0  # the last loaded checkpoint's, for the gauge when a poll fails
-        self._shard = shard
+        # The checkpoint is one shard's: the store says which.
+        self._shard = shard = store.shard
         where = f"{store.name} in {store.describe()}"
         self._guard = SourceGuard(source, where, shard, recorder.checkpoint_ahead, store.saved_at)
         self.stop_requested = threading.Event()
@@ -102,7 +100,7 @@ class Poller:
             log.warning("%d ids missing below run id %d; tracking only the last of them", dropped, new_runs[-1].id)
         for run in new_runs:
             self._exporter.note_status(run.status)
-        decided = classify(following, [*rechecked, *new_runs], now, self._rules, self._source_clock, self._in_shard)
+        decided = classify(following, [*rechecked, *new_runs], now, self._rules, self._source.clock, self._in_shard)
         expired = expire_gaps(following, now, self._rules.gap_timeout_seconds)
         if expired:
             log.info(
@@ -135,7 +133,7 @@ class Poller:
         if self._high_water is None:
             return
         try:
-            backlog = self._source.backlog(self._high_water, self._source_clock)
+            backlog = self._source.backlog(self._high_water, self._source.clock)
         except SourceError:
             return  # the database is away: the poll's own error says so
         # No runs at all is no backlog: 0, so the gauges exist from the first poll attempt.
@@ -166,9 +164,9 @@ class Poller:
             return
         sample = self._source.clock_sample()
         self._zone_checked = True
-        finding = zone_finding(sample, self._source_clock) if sample else None
+        finding = zone_finding(sample, self._source.clock) if sample else None
         if finding:
-            log.warning(finding.message(self._source_clock.zone_name))
+            log.warning(finding.message(self._source.clock.zone_name))
             self._rules = Rules.from_config(self._poll, trust_timestamps=False)
 
     def _in_shard(self, run: RunRow) -> bool:

@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from ..export.sending import RequestSender
 from ..mapping.span_data import MappedRun
 from ..mapping.spans import Mapper
-from ..source.clock import SourceClock
 from ..source.reader import Source
 from ..source.readings import read_run, read_tool
 from ..source.rows import TERMINAL_STATUSES, RunRow, ToolRow, is_terminal
@@ -21,11 +20,11 @@ log = logging.getLogger(__name__)
 class RunExporter:
     """Shared by the poller, the backfill and ``run-otel export``: the one way a run is sent."""
 
-    def __init__(self, source: Source, mapper: Mapper, sender: RequestSender, clock: SourceClock, recorder: Recorder):
+    def __init__(self, source: Source, mapper: Mapper, sender: RequestSender, recorder: Recorder):
         self._source = source
         self._mapper = mapper
         self._sender = sender
-        self._clock = clock
+        self._clock = source.clock
         self._recorder = recorder
         self._unknown_statuses: set[str | None] = set()
 

@@ -25,8 +25,8 @@ from sqlalchemy import Column, Float, Integer, MetaData, String, Table, select
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import SQLAlchemyError
 
-from ..config import Config
-from ..sharding import shard_name
+from ..config import StateConfig
+from ..sharding import Shard, shard_name
 from ..source.engine import make_engine, safe_url
 from .checkpoint import CheckpointError
 from .named_lock import NamedLock, lock_name
@@ -187,10 +187,10 @@ class MySqlStoreLock(StoreLock):
         self._engine.dispose()
 
 
-def store_lock(config: Config) -> StoreLock:
-    """The lock for this config's state store and shard (not yet taken)."""
-    url = make_url(config.state.url)
-    shard = shard_name(config.shard)
+def store_lock(state: StateConfig, shard_of: Shard) -> StoreLock:
+    """The lock for this state store and shard (not yet taken)."""
+    url = make_url(state.url)
+    shard = shard_name(shard_of)
     where = f"state store {safe_url(url)} (shard {shard})"
     backend = url.get_backend_name()
     if backend == "sqlite" and url.database and url.database != ":memory:":

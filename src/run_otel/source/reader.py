@@ -18,7 +18,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.expression import Executable
 from sqlalchemy.sql.sqltypes import NullType
 
-from ..config import Config
+from ..config import ContentConfig, SourceConfig
 from .clock import ClockSample, SourceClock
 from .columns import TOOL_COLUMNS, columns_read
 from .engine import make_engine, safe_url
@@ -82,19 +82,20 @@ def _chunks(values: Sequence, size: int) -> Iterator[Sequence]:
 class Source:
     """The agent's database, read-only."""
 
-    def __init__(self, config: Config, engine: Engine | None = None):
-        self._url = config.source_url()
-        self._statement_timeout = config.source.statement_timeout_seconds
-        self.engine = engine or make_engine(self._url, config.source.connect_timeout_seconds, config.source)
-        self._chunk = config.poll.tool_chunk_size
+    def __init__(self, config: SourceConfig, content: ContentConfig, tool_chunk_size: int, engine: Engine | None = None):
+        self._url = config.connect_url()
+        self._statement_timeout = config.statement_timeout_seconds
+        self.engine = engine or make_engine(self._url, config.connect_timeout_seconds, config)
+        self._chunk = tool_chunk_size
         self._unwrapped_errors = _unwrapped_driver_errors() if self.engine.dialect.driver == "mysqlconnector" else ()
-        self.clock = SourceClock(config.source.timezone)
-        run_cols, tool_cols = columns_read(config.content)
+        self.clock = SourceClock(config.timezone)
+        run_cols, tool_cols = columns_read(content)
         self._run_select = select(*(diagnosis_run.c[name] for name in run_cols))
         columns: list[ColumnElement] = [_as_stored(tool_invocation.c[name]) for name in tool_cols]
         # Without capture, MySQL/MariaDB summarize retrieval_details themselves: the evidence
         # text, often kilobytes a call, then never leaves the database.
-        self._evidence_at = TOOL_COLUMNS.index("retrieval_details") if self._summarize_evidence(config) else None
+        summarize = config.evidence_in_database and not content.capture and self.engine.dialect.name == "mysql"
+        self._evidence_at = TOOL_COLUMNS.index("retrieval_details") if summarize else None
         if self._evidence_at is not None:
             at = self._evidence_at
             columns[at : at + 1] = database_columns(tool_invocation.c.retrieval_details)
@@ -108,9 +109,6 @@ class Source:
 
     def describe(self) -> str:
         return safe_url(self._url)
-
-    def _summarize_evidence(self, config: Config) -> bool:
-        return config.source.evidence_in_database and not config.content.capture and self.engine.dialect.name == "mysql"
 
     def summarizes_evidence(self) -> bool:
         return self._evidence_at is not None

@@ -13,7 +13,7 @@ import sys
 from datetime import UTC, datetime
 from typing import TextIO
 
-from ..config import Config
+from ..config import LogConfig
 from ..mapping.masking import ScrubbedStream, Scrubber
 
 # APScheduler logs two INFO lines per job run ("Running job", "executed
@@ -79,25 +79,24 @@ class PoolResetFilter(logging.Filter):
         return True
 
 
-def configure_logging(config: Config, stream: TextIO | None = None, scrubber: Scrubber | None = None) -> SecretFilter:
+def configure_logging(config: LogConfig, scrubber: Scrubber, stream: TextIO | None = None) -> SecretFilter:
     handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(JsonFormatter() if config.log.format == "json" else TextFormatter())
+    handler.setFormatter(JsonFormatter() if config.format == "json" else TextFormatter())
     handler.addFilter(PoolResetFilter())
-    secret_filter = SecretFilter(scrubber or Scrubber.for_config(config))
+    secret_filter = SecretFilter(scrubber)
     handler.addFilter(secret_filter)
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(config.log.level)
+    root.setLevel(config.level)
     for name, level in _CHATTY.items():
         logging.getLogger(name).setLevel(max(level, logging.getLogger().level))
     return secret_filter
 
 
-def scrub_output(config: Config) -> Scrubber:
+def scrub_output(scrubber: Scrubber) -> Scrubber:
     """From here on every line the process prints, on stdout or stderr (click, rich,
     tracebacks), passes the same masking as the logs: a receiver or database that
     quotes a configured secret back cannot get it printed."""
-    scrubber = Scrubber.for_config(config)
     sys.stdout = ScrubbedStream(sys.stdout, scrubber)
     sys.stderr = ScrubbedStream(sys.stderr, scrubber)
     return scrubber

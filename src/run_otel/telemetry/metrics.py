@@ -24,11 +24,11 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from .. import __version__
-from ..config import Config
+from ..config import ExportConfig, FeedbackConfig, MetricsConfig
 from ..mapping import attributes as A
 from ..mapping.span_data import MAX_DURATION_MS, root_span_id_for, tool_span_id_for, trace_id_for
 from ..pipeline.poller import PollResult, Recorder
-from ..sharding import shard_name
+from ..sharding import Shard, shard_name
 from ..source.rows import (
     INTENTS,
     RELEASE_OUTCOMES,
@@ -64,7 +64,9 @@ _STATUSES = TERMINAL_STATUSES | {s for s in WAITING_STATUSES if s}
 class BridgeMetrics(Recorder):
     def __init__(
         self,
-        config: Config,
+        feedback: FeedbackConfig,
+        settle_seconds: float,
+        shard: Shard,
         readers: list[MetricReader],
         registry: CollectorRegistry | None = None,
         exemplars: ExemplarStore | None = None,
@@ -80,10 +82,10 @@ class BridgeMetrics(Recorder):
         resource = Resource.create({A.SERVICE_NAME: "run-otel", A.SERVICE_VERSION: __version__})
         self.provider = MeterProvider(metric_readers=readers, views=views, resource=resource)
         meter = self.provider.get_meter("run_otel", __version__)
-        self._settle = config.poll.settle_seconds
-        self._feedback = config.feedback
-        self._count_feedback = config.feedback.enabled
-        self._shard = shard_name(config.shard)
+        self._settle = settle_seconds
+        self._feedback = feedback
+        self._count_feedback = feedback.enabled
+        self._shard = shard_name(shard)
         self._i: dict[str, Any] = {}
         factories: dict[str, Callable[..., Any]] = {
             I.COUNTER: meter.create_counter,
@@ -309,30 +311,30 @@ def readiness(
     return ready
 
 
-def build_metrics(config: Config) -> BridgeMetrics:
-    """The metrics with the readers the config asks for (pull, push, or both)."""
+def metric_readers(
+    config: MetricsConfig, export: ExportConfig
+) -> tuple[list[MetricReader], CollectorRegistry | None, ExemplarStore]:
+    """The readers the config asks for (pull, push, or both), the registry /metrics serves, and its exemplars."""
     readers: list[MetricReader] = []
     registry = None
     exemplars = ExemplarStore()
-    if config.metrics.prometheus:
+    if config.prometheus:
         # The SDK's families go to a registry of their own; the served one adds their exemplars.
         sdk_families = CollectorRegistry(auto_describe=True)
         readers.append(PrometheusMetricReader(registry=sdk_families))
         registry = CollectorRegistry()
         registry.register(ExemplarCollector(sdk_families, exemplars))
-    if config.metrics.otlp:
-        readers.append(
-            PeriodicExportingMetricReader(_otlp_metric_exporter(config), int(config.metrics.otlp_interval_seconds * 1000))
-        )
-    return BridgeMetrics(config, readers, registry, exemplars)
+    if config.otlp:
+        readers.append(PeriodicExportingMetricReader(_otlp_metric_exporter(export), int(config.otlp_interval_seconds * 1000)))
+    return readers, registry, exemplars
 
 
-def _otlp_metric_exporter(config: Config) -> MetricExporter:
-    endpoint = config.export_endpoint()
-    if config.export.protocol == "http/protobuf":
+def _otlp_metric_exporter(config: ExportConfig) -> MetricExporter:
+    endpoint = config.resolved_endpoint()
+    if config.protocol == "http/protobuf":
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpExporter
 
-        return HttpExporter(endpoint=endpoint.rstrip("/") + "/v1/metrics", headers=config.export.headers)
+        return HttpExporter(endpoint=endpoint.rstrip("/") + "/v1/metrics", headers=config.headers)
     from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcExporter
 
-    return GrpcExporter(endpoint=endpoint, insecure=config.export.insecure, headers=config.export.headers or None)
+    return GrpcExporter(endpoint=endpoint, insecure=config.insecure, headers=config.headers or None)

@@ -15,20 +15,13 @@ import logging
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from ..config import Config
-from ..pipeline.named_lock import NamedLock, lock_name
-from ..sharding import shard_name
+from .named_lock import NamedLock
 
 log = logging.getLogger(__name__)
 
 
 class LeaseError(RuntimeError):
     pass
-
-
-def lease_name_for(config: Config) -> str:
-    """The lease's lock name: one per source database and shard."""
-    return lock_name(config.ha.lock_name, config.source_url().database, shard_name(config.shard))
 
 
 class MySqlLease:

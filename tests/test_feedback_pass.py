@@ -1,0 +1,162 @@
+"""The feedback pass on SQLite, in the fast loop: what it rechecks, what it sends, and what it records.
+
+The end-to-end tests (test_feedback.py) hold the same pass against MariaDB and a real receiver;
+these catch a break in the pass itself within a minute.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import insert, update
+from sqlalchemy.engine import make_url
+
+from run_otel.config import build_config
+from run_otel.factory import build_feedback, build_parts, build_poller
+from run_otel.mapping.span_data import root_span_id_for, trace_id_for
+from run_otel.pipeline.feedback import FeedbackResult
+from run_otel.pipeline.results import Recorder
+from run_otel.sharding import in_shard
+from run_otel.source.engine import make_engine
+from run_otel.source.schema import diagnosis_run, metadata
+
+NOW = time.time()
+
+
+class Counted(Recorder):
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, str]] = []
+
+    def feedback_sent(self, rows) -> None:
+        self.sent += [(row.run_id, row.feedback) for row in rows]
+
+
+def _agent_db(tmp_path, runs: list[tuple[str, str | None, float]]):
+    """``runs`` as (run_id, feedback, hours ago), finished, in id order."""
+    engine = make_engine(make_url(f"sqlite:///{tmp_path / 'agent.db'}"))
+    metadata.create_all(engine)
+    with engine.begin() as conn:
+        for run_id, feedback, hours_ago in runs:
+            created = datetime.fromtimestamp(NOW - hours_ago * 3600, UTC).replace(tzinfo=None, microsecond=0)
+            conn.execute(
+                insert(diagnosis_run).values(
+                    run_id=run_id,
+                    session_id="s",
+                    query="q",
+                    status="SUCCESS",
+                    feedback=feedback,
+                    created_at=created,
+                    updated_at=created + timedelta(seconds=5),
+                    total_duration_ms=4000,
+                )
+            )
+    return engine
+
+
+def _rate(engine, run_id: str, value: str) -> None:
+    with engine.begin() as conn:
+        conn.execute(update(diagnosis_run).where(diagnosis_run.c.run_id == run_id).values(feedback=value))
+
+
+def _config(tmp_path, shard=(0, 1), **feedback):
+    config = build_config(
+        {
+            "source": {"url": f"sqlite:///{tmp_path / 'agent.db'}"},
+            "state": {"url": f"sqlite:///{tmp_path / 'state.db'}"},
+            "poll": {"start_from": "beginning", "settle_seconds": 0},
+            "feedback": {"window_seconds": 86400, **feedback},
+        }
+    )
+    return replace(config, shard=shard)  # as --shard sets it
+
+
+def _file_parts(config, tmp_path, recorder: Recorder | None = None):
+    from run_otel.export.sinks import JsonFileSink
+
+    return build_parts(config, recorder=recorder, sink=JsonFileSink(tmp_path / "out.jsonl"))
+
+
+def _evaluation_spans(tmp_path) -> list[dict]:
+    lines = (tmp_path / "out.jsonl").read_text().splitlines()
+    spans = [
+        span
+        for line in lines
+        for resource in json.loads(line)["resourceSpans"]
+        for scope in resource["scopeSpans"]
+        for span in scope["spans"]
+    ]
+    return [span for span in spans if span["name"].startswith("evaluation ")]
+
+
+def _label(span: dict) -> str:
+    return next(a["value"]["stringValue"] for a in span["attributes"] if a["key"] == "gen_ai.evaluation.score.label")
+
+
+def test_nothing_is_rechecked_before_the_first_checkpoint(tmp_path):
+    _agent_db(tmp_path, [("run-a", "UP", 1)])
+    with _file_parts(_config(tmp_path), tmp_path) as parts:
+        feedback = build_feedback(parts)
+        assert feedback is not None
+        assert parts.store.load() is None  # precondition: nothing was exported yet
+        assert feedback.run() == FeedbackResult()
+    assert _evaluation_spans(tmp_path) == []
+
+
+def test_a_rating_given_after_the_export_is_sent_once_into_the_runs_trace(tmp_path):
+    engine = _agent_db(tmp_path, [("run-a", None, 1), ("run-b", "UP", 1)])
+    recorder = Counted()
+    with _file_parts(_config(tmp_path), tmp_path, recorder) as parts:
+        build_poller(parts).poll()
+        feedback = build_feedback(parts, clock=lambda: NOW)
+        assert feedback is not None
+        # run-b's rating went out on its root with the export: the pass does not send it again.
+        assert feedback.run() == FeedbackResult(rated=1, sent=0)
+        _rate(engine, "run-a", "thumbs-down")
+        assert feedback.run() == FeedbackResult(rated=2, sent=1)
+        assert feedback.run() == FeedbackResult(rated=2, sent=0)  # unchanged: not sent again
+        _rate(engine, "run-a", "UP")
+        assert feedback.run() == FeedbackResult(rated=2, sent=1)
+    spans = _evaluation_spans(tmp_path)
+    assert [_label(span) for span in spans] == ["thumbs-down", "UP"]
+    for span in spans:
+        assert span["traceId"] == trace_id_for("run-a").hex()
+        assert span["parentSpanId"] == root_span_id_for("run-a").hex()
+    assert recorder.sent == [("run-a", "thumbs-down"), ("run-a", "UP")]
+
+
+def test_runs_created_before_the_window_are_not_rechecked(tmp_path):
+    engine = _agent_db(tmp_path, [("run-old", None, 30), ("run-new", None, 1)])
+    with _file_parts(_config(tmp_path, window_seconds=86400), tmp_path) as parts:
+        build_poller(parts).poll()
+        feedback = build_feedback(parts, clock=lambda: NOW)
+        assert feedback is not None
+        _rate(engine, "run-old", "UP")
+        _rate(engine, "run-new", "DOWN")
+        assert feedback.run() == FeedbackResult(rated=1, sent=1)
+    assert [_label(span) for span in _evaluation_spans(tmp_path)] == ["DOWN"]
+
+
+def test_a_shard_sends_the_ratings_of_its_own_runs_only(tmp_path):
+    run_ids = [f"run-{n}" for n in range(12)]
+    engine = _agent_db(tmp_path, [(run_id, None, 1) for run_id in run_ids])
+    shard = (0, 2)
+    mine = [run_id for run_id in run_ids if in_shard(run_id, shard)]
+    assert 0 < len(mine) < len(run_ids)  # precondition: both shards have runs
+    with _file_parts(_config(tmp_path, shard=shard), tmp_path) as parts:
+        build_poller(parts).poll()
+        feedback = build_feedback(parts, clock=lambda: NOW)
+        assert feedback is not None
+        for run_id in run_ids:
+            _rate(engine, run_id, "UP")
+        assert feedback.run() == FeedbackResult(rated=len(mine), sent=len(mine))
+    sent = {span["traceId"] for span in _evaluation_spans(tmp_path)}
+    assert sent == {trace_id_for(run_id).hex() for run_id in mine}
+
+
+def test_the_pass_is_off_when_feedback_is_off(tmp_path):
+    _agent_db(tmp_path, [("run-a", "UP", 1)])
+    with _file_parts(_config(tmp_path, enabled=False), tmp_path) as parts:
+        assert build_feedback(parts) is None
