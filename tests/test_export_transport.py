@@ -7,11 +7,12 @@ from __future__ import annotations
 import time
 
 import pytest
+from helpers import bridge_metrics
 
 from run_otel.config import ConfigError, build_config, load_config
 from run_otel.export.deadline import Deadline
 from run_otel.export.transport import Explained, explain, grpc_target, logs_tls, traces_tls, transport_warnings
-from run_otel.telemetry.metrics import BridgeMetrics, readiness
+from run_otel.telemetry.metrics import readiness
 
 # -- the deadline -------------------------------------------------------------------
 
@@ -159,7 +160,7 @@ def test_the_hints_name_the_setting_to_change():
 
 
 def test_readiness_follows_acknowledged_requests_while_a_long_poll_drains():
-    metrics = BridgeMetrics(build_config({}), readers=[])
+    metrics = bridge_metrics(build_config({}), readers=[])
     offset = [0.0]
     ready = readiness(metrics, interval=5, request_seconds=60, clock=lambda: time.time() + offset[0])
     metrics.poll_finished(0.1, ok=True, pending=0)
@@ -179,5 +180,5 @@ def test_readiness_follows_acknowledged_requests_while_a_long_poll_drains():
 
 
 def test_readiness_before_any_poll_is_not_ready():
-    metrics = BridgeMetrics(build_config({}), readers=[])
+    metrics = bridge_metrics(build_config({}), readers=[])
     assert readiness(metrics, 5, 60)() == (False, "not ready: the last poll failed or none has finished yet")

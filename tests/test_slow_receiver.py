@@ -9,7 +9,7 @@ import time
 
 import pytest
 import requests
-from conftest import DaemonProcess, bridge_sections, received_roots, run_cli, terminal_trace_ids, utc_now_naive, write_config
+from helpers import DaemonProcess, bridge_sections, received_roots, run_cli, terminal_trace_ids, utc_now_naive, write_config
 from servers import Receiver, free_port, wait_for
 
 from run_otel.ops.demo import generate, insert_workload

@@ -5,7 +5,7 @@ as an operator runs them."""
 from __future__ import annotations
 
 import pytest
-from conftest import DaemonProcess, bridge_sections, received_roots, run_cli, terminal_trace_ids, utc_now_naive, write_config
+from helpers import DaemonProcess, bridge_sections, received_roots, run_cli, terminal_trace_ids, utc_now_naive, write_config
 from servers import HttpReceiver, Receiver, wait_for
 from tls_material import private_ca
 
