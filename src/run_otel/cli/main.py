@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 from .ops_commands import COMMANDS as OPERATOR_COMMANDS
-from .options import CONFIG_OPTION, EXIT_FAILED, EXIT_PARTIAL, EXIT_USAGE, SHARD_OPTION, fail, guarded, load
+from .options import CONFIG_OPTION, EXIT_FAILED, EXIT_PARTIAL, EXIT_USAGE, SHARD_OPTION, fail, guarded, load, reread
 from .times import TimeParam
 
 if TYPE_CHECKING:
@@ -80,12 +80,15 @@ def run(config_path: Path | None, shard: str | None) -> None:
 
     Polls never overlap. On SIGTERM or Ctrl-C the batch in flight is finished
     and its checkpoint saved before the process exits. A database or receiver
-    outage is retried with backoff; nothing is skipped.
+    outage is retried with backoff; nothing is skipped. SIGHUP re-reads
+    log.level and source.password_file (read again for every new connection
+    anyway), retries a failed poll at once and keeps running; other changed
+    keys are named and wait for a restart.
     """
     from ..ops.daemon import Daemon
 
     config = load(config_path, shard)
-    guarded(lambda: Daemon(config).run_forever())
+    guarded(lambda: Daemon(config, fresh=lambda: reread(config_path, shard)).run_forever())
 
 
 def _utcnow() -> datetime:

@@ -15,6 +15,7 @@ from typing import TextIO
 
 from ..config import Config
 from ..mapping.masking import ScrubbedStream, Scrubber
+from ..source.password_file import on_read as on_password_read
 
 # APScheduler logs two INFO lines per job run ("Running job", "executed
 # successfully"), even while every poll fails: about 35,000 lines a day.
@@ -87,10 +88,15 @@ def configure_logging(config: Config, stream: TextIO | None = None, scrubber: Sc
     handler.addFilter(secret_filter)
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(config.log.level)
-    for name, level in _CHATTY.items():
-        logging.getLogger(name).setLevel(max(level, logging.getLogger().level))
+    set_level(config.log.level)
     return secret_filter
+
+
+def set_level(level: str) -> None:
+    """log.level, at start and on SIGHUP: the root logger, and the chatty libraries no lower."""
+    logging.getLogger().setLevel(level)
+    for name, floor in _CHATTY.items():
+        logging.getLogger(name).setLevel(max(floor, logging.getLogger().level))
 
 
 def scrub_output(config: Config) -> Scrubber:
@@ -98,6 +104,8 @@ def scrub_output(config: Config) -> Scrubber:
     tracebacks), passes the same masking as the logs: a receiver or database that
     quotes a configured secret back cannot get it printed."""
     scrubber = Scrubber.for_config(config)
+    # A password read again after a rotation is masked as the first one was.
+    on_password_read(scrubber.add_secret)
     sys.stdout = ScrubbedStream(sys.stdout, scrubber)
     sys.stderr = ScrubbedStream(sys.stderr, scrubber)
     return scrubber
