@@ -81,9 +81,8 @@ def run(config_path: Path | None, shard: str | None) -> None:
     Polls never overlap. On SIGTERM or Ctrl-C the batch in flight is finished
     and its checkpoint saved before the process exits. A database or receiver
     outage is retried with backoff; nothing is skipped. SIGHUP re-reads
-    log.level and source.password_file (read again for every new connection
-    anyway), retries a failed poll at once and keeps running; other changed
-    keys are named and wait for a restart.
+    log.level and source.password_file and retries a failed poll at once;
+    other changed keys are named and wait for a restart.
     """
     from ..ops.daemon import Daemon
 
@@ -233,6 +232,7 @@ def check(config_path: Path | None) -> None:
     from rich.console import Console
 
     from ..ops.check import FAIL, OK, WARN, run_checks
+    from .render import finding_text
 
     symbols = {OK: "[green]✔[/]", WARN: "[yellow]![/]", FAIL: "[red]✘[/]"}
     config = load(config_path)
@@ -241,8 +241,7 @@ def check(config_path: Path | None) -> None:
     findings = []
     for finding in run_checks(config):
         findings.append(finding)
-        detail = f": {finding.detail}" if finding.detail else ""
-        console.print(f"{symbols[finding.level]} {finding.what}{detail}")
+        console.print(f"{symbols[finding.level]} {finding_text(finding.what, finding.detail)}")
     failures = sum(f.level == FAIL for f in findings)
     warnings = sum(f.level == WARN for f in findings)
     if failures:
