@@ -19,6 +19,7 @@ from ..pipeline.checkpoint import CheckpointError
 from ..sharding import shard_from_name
 from ..source.clock import zone_finding
 from ..source.columns import columns_read
+from ..source.password_file import readable_by_others
 from ..source.reader import Source, SourceError
 from ..source.schema import REQUIRED_INDEXES, documented_types
 
@@ -42,6 +43,8 @@ class Finding:
 
 def run_checks(config: Config) -> Iterator[Finding]:
     yield Finding(OK, "config", "valid")
+    if config.source.password_file and (exposed := readable_by_others(config.source.password_file)):
+        yield Finding(WARN, "source.password_file", exposed)
     try:
         source = build_source(config)
     except ConfigError as exc:  # a driver that SQLAlchemy does not know, or that is not installed
@@ -51,7 +54,7 @@ def run_checks(config: Config) -> Iterator[Finding]:
     try:
         with source.engine.connect() as conn:
             conn.execute(text("SELECT 1"))
-    except SQLAlchemyError as exc:
+    except (SQLAlchemyError, SourceError) as exc:  # SourceError: the password file went unreadable
         yield Finding(FAIL, "database", f"{source.describe()} unreachable: {getattr(exc, 'orig', exc)}")
         yield from _check_endpoint(config)
         return

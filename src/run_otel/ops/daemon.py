@@ -22,6 +22,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -32,8 +33,10 @@ from ..export.transport import transport_warnings
 from ..factory import build_service
 from ..pipeline.checkpoint import CheckpointError
 from ..pipeline.results import PollResult
+from ..source.password_file import readable_by_others
 from ..source.reader import SourceError
 from .effective_settings import effective_settings
+from .reload import Reloader
 
 if TYPE_CHECKING:
     from apscheduler.schedulers.background import BackgroundScheduler
@@ -61,8 +64,10 @@ class _SkipWhilePolling(logging.Filter):
 
 
 class Daemon:
-    def __init__(self, config: Config, rng: random.Random | None = None):
+    def __init__(self, config: Config, rng: random.Random | None = None, fresh: Callable[[], Config] | None = None):
+        """``fresh`` reads the config again, for SIGHUP; without it the signal re-reads only the password file."""
         self._config = config
+        self._reloader = Reloader(config, fresh or (lambda: config))
         self._rng = rng or random.Random()
         self._stop = threading.Event()
         self._failures = 0
@@ -228,6 +233,14 @@ class Daemon:
         self._stop.set()
         self.poller.stop_requested.set()
 
+    def hangup(self, *_args: object) -> None:
+        """SIGHUP: log.level and the password file taken up again (ops/reload.py), and a poll
+        backing off after a failure tried at once, since the fix was likely what the signal announces."""
+        self._reloader.reload()
+        if self._failures:
+            self._retry_at = 0.0
+            self._wake_at(time.time(), "retry")
+
     def run_forever(self) -> None:
         from apscheduler.schedulers.background import BackgroundScheduler
 
@@ -244,9 +257,12 @@ class Daemon:
         )
         signal.signal(signal.SIGTERM, self.stop)
         signal.signal(signal.SIGINT, self.stop)
+        signal.signal(signal.SIGHUP, self.hangup)
         log.info("run-otel %s starting: %s", __version__, effective_settings(self._config))
         for warning in transport_warnings(self._config.export, self._config.export.resolved_endpoint()):
             log.warning(warning)
+        if self._config.source.password_file and (exposed := readable_by_others(self._config.source.password_file)):
+            log.warning(exposed)
         scheduler.start()
         self._stop.wait()
         self._shutdown(scheduler)
