@@ -10,8 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import bridge_sections, write_config
-from helpers import add_run, add_tool, new_run_id
+from helpers import add_run, add_tool, bridge_sections, new_run_id, write_config
 
 # Retitles the terminal, clears it, and a NUL.
 HOSTILE = "a\x1b]0;pwned\x07b\x1b[2Jc\x00d"

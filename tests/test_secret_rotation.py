@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import AgentDb, DaemonProcess, bridge_sections, received_roots, run_cli, write_config
-from helpers import add_finished_runs
+from conftest import AgentDb
+from helpers import DaemonProcess, add_finished_runs, bridge_sections, received_roots, run_cli, write_config
 from servers import wait_for
 
 from run_otel.source.password_file import readable_by_others
