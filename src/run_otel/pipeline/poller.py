@@ -23,7 +23,7 @@ from .gc_policy import BatchCollection
 from .guard import SourceGuard
 from .results import PollResult, Recorder
 from .run_export import RunExporter
-from .transitions import Rules, advance, classify, expire_gaps, initial_checkpoint
+from .transitions import Classified, Rules, advance, classify, expire_gaps, initial_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +119,7 @@ class Poller:
         rated = {run.run_id: run.feedback for run in decided.to_export if run.feedback is not None} if self._feedback else {}
         self._store.save(following, acked_at, rated)
         self._high_water = following.high_water
+        self._log_incomplete(decided)
         result.pending, result.gaps = len(following.pending), len(following.gaps)
         result.full_batch = len(new_runs) >= self._poll.batch_size
         result.next_settle_at = decided.next_settle_at
@@ -127,6 +128,18 @@ class Poller:
         except Exception:  # the batch is sent and checkpointed: a metric must not turn that into a failed poll
             log.exception("metrics: recording the exported runs failed; the runs were exported and checkpointed")
         return result
+
+    def _log_incomplete(self, decided: Classified) -> None:
+        """One line per run sent unfinished: an operator looks for the agent's stuck runs by id."""
+        for run in decided.to_export:
+            if run.id in decided.incomplete:
+                log.warning(
+                    "run %s sent as incomplete: status %s, not finished after %.0fs (poll.run_timeout_seconds = %g)",
+                    run.run_id,
+                    run.status,
+                    decided.stuck_seconds.get(run.id, 0.0),
+                    self._rules.run_timeout_seconds,
+                )
 
     def _record_backlog(self) -> None:
         """What is left after the poll: run ids above the checkpoint, and how much newer they are."""
