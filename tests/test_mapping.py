@@ -232,6 +232,17 @@ def test_failed_tool_is_an_error_with_redacted_message():
     assert dict(attrs) == {"exception.type": "tool_error", "exception.message": span.status_message}
 
 
+def test_a_1_mb_error_message_is_cut_to_the_limit_and_the_cut_is_recorded():
+    tool = make_tool(1, success=False, error_message="timeout talking to the index " + "y" * (1024 * 1024))
+    span = mapper(content={"max_length": 512}).map_run(make_run(), [tool]).spans[1]
+    assert len(span.status_message) == 512
+    assert span.status_message.startswith("timeout talking to the index ")
+    assert span.attribute_map()[A.RUN_OTEL_ATTRIBUTES_CUT] == (A.EXCEPTION_MESSAGE,)
+    # A message within the limit is not named as cut.
+    short = mapper(content={"max_length": 512}).map_run(make_run(), [make_tool(1, success=False, error_message="boom")])
+    assert A.RUN_OTEL_ATTRIBUTES_CUT not in short.spans[1].attribute_map()
+
+
 def test_a_tool_that_did_not_fail_has_no_event():
     assert [s.events for s in mapper().map_run(make_run(), [make_tool(1), make_tool(2, success=None)]).spans] == [(), (), ()]
 
