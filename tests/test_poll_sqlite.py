@@ -65,3 +65,62 @@ def test_a_run_sent_as_incomplete_is_one_warning_naming_it_and_how_long_it_was_s
     assert lines == [
         "run run-stuck sent as incomplete: status RUNNING, not finished after 7200s (poll.run_timeout_seconds = 3600)"
     ]
+
+
+def _add_finished(engine, run_ids: list[str]) -> None:
+    with engine.begin() as conn:
+        for run_id in run_ids:
+            conn.execute(
+                insert(diagnosis_run).values(
+                    run_id=run_id, session_id="s", query="q", status="SUCCESS", created_at=_naive(60), updated_at=_naive(59)
+                )
+            )
+
+
+def _sent_run_ids(path) -> list[str]:
+    import json
+
+    return [
+        attribute["value"]["stringValue"]
+        for line in path.read_text().splitlines()
+        for resource in json.loads(line)["resourceSpans"]
+        for scope in resource["scopeSpans"]
+        for span in scope["spans"]
+        for attribute in span["attributes"]
+        if attribute["key"] == "diagnosis.run.id"
+    ]
+
+
+def test_a_checkpoint_that_cannot_be_saved_fails_the_poll_and_its_runs_are_sent_again(tmp_path):
+    import pytest
+    from sqlalchemy import text
+
+    from run_otel.pipeline.checkpoint import CheckpointError
+
+    agent = _agent_db(tmp_path, [("run-1", "SUCCESS", 60), ("run-2", "SUCCESS", 60)])
+    out = tmp_path / "out.jsonl"
+    with build_parts(_config(tmp_path), sink=JsonFileSink(out)) as parts:
+        poller = build_poller(parts, clock=lambda: NOW)
+        poller.poll()
+        assert parts.store.load().high_water == 2  # precondition: saved
+        _add_finished(agent, ["run-3", "run-4"])
+        # The store still reads, but refuses every write (a full disk, a revoked grant).
+        state = make_engine(make_url(f"sqlite:///{tmp_path / 'state.db'}"))
+        with state.begin() as conn:
+            for event in ("UPDATE", "INSERT"):
+                conn.execute(
+                    text(
+                        f"CREATE TRIGGER refuse_{event.lower()} BEFORE {event} ON run_otel_checkpoint "
+                        "BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END"
+                    )
+                )
+        with pytest.raises(CheckpointError, match="cannot save the checkpoint: .*database or disk is full"):
+            poller.poll()
+        assert parts.store.load().high_water == 2  # load still works, and the checkpoint did not move
+        with state.begin() as conn:
+            conn.execute(text("DROP TRIGGER refuse_update"))
+            conn.execute(text("DROP TRIGGER refuse_insert"))
+        poller.poll()
+        assert parts.store.load().high_water == 4
+    # At least once: the batch whose checkpoint was refused goes out again.
+    assert _sent_run_ids(out) == ["run-1", "run-2", "run-3", "run-4", "run-3", "run-4"]
