@@ -8,6 +8,7 @@ front of it as the independent OTLP peer run-otel talks to.
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -229,6 +230,12 @@ class Receiver:
     warning: str = ""
     logs: bool = False  # also serve the OTLP logs service
     log_requests: list = field(default_factory=list)
+    # A slow receiver: each request is kept at once, and answered this many seconds later (drawn
+    # from the range), whether or not its sender still waits.
+    delay: tuple[float, float] = (0.0, 0.0)
+    # TLS: (key, certificate chain) PEM bytes, and the CA a client certificate must be signed by (mTLS).
+    tls: tuple[bytes, bytes] | None = None
+    client_ca: bytes | None = None
 
     def __post_init__(self):
         self._lock = threading.Lock()
@@ -249,6 +256,8 @@ class Receiver:
             # when its sender dies waiting, which is what makes at-least-once send twice.
             self.holding.set()
             self._released.wait(120)
+        if self.delay[1]:
+            time.sleep(random.uniform(*self.delay))
         response = trace_service_pb2.ExportTraceServiceResponse()
         if self.reject_every:
             response.partial_success.rejected_spans = self.reject_every
@@ -259,13 +268,19 @@ class Receiver:
 
     def start(self) -> None:
         options = [] if self.max_receive_bytes is None else [("grpc.max_receive_message_length", self.max_receive_bytes)]
-        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4), options=options)
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), options=options)
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_TraceService(self), self._server)
         if self.logs:
             from opentelemetry.proto.collector.logs.v1 import logs_service_pb2_grpc
 
             logs_service_pb2_grpc.add_LogsServiceServicer_to_server(_LogsService(self), self._server)  # type: ignore[arg-type]
-        self._server.add_insecure_port(f"127.0.0.1:{self.port}")
+        if self.tls:
+            credentials = grpc.ssl_server_credentials(
+                [self.tls], root_certificates=self.client_ca, require_client_auth=self.client_ca is not None
+            )
+            self._server.add_secure_port(f"127.0.0.1:{self.port}", credentials)
+        else:
+            self._server.add_insecure_port(f"127.0.0.1:{self.port}")
         self._server.start()
 
     def stop(self) -> None:
@@ -331,6 +346,56 @@ class RefusingHttpReceiver:
     @property
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+
+class HttpReceiver:
+    """An OTLP/HTTP trace receiver (HTTP/1.1, as Python's server speaks it), with TLS and mTLS when
+    given a certificate: keeps each request's body and answers an empty ExportTraceServiceResponse."""
+
+    def __init__(self, cert: Path | None = None, key: Path | None = None, client_ca: Path | None = None):
+        self.port = free_port()
+        self.bodies: list[bytes] = []
+        self._tls = (cert, key, client_ca)
+        self._server: ThreadingHTTPServer | None = None
+
+    def start(self) -> None:
+        bodies = self.bodies
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self):
+                bodies.append(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+                data = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        cert, key, client_ca = self._tls
+        if cert and key:
+            import ssl
+
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(cert, key)
+            if client_ca:
+                context.load_verify_locations(client_ca)
+                context.verify_mode = ssl.CERT_REQUIRED
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        if self._server:
+            self._server.shutdown()
+            self._server.server_close()
+
+    def endpoint(self, scheme: str = "https") -> str:
+        return f"{scheme}://127.0.0.1:{self.port}"
 
 
 class Rotel:
@@ -582,8 +647,8 @@ class Collector(CollectorProgram):
             {
                 "receivers.otlp.protocols.grpc.endpoint": f"127.0.0.1:{self.grpc_port}",
                 "receivers.otlp.protocols.http.endpoint": f"127.0.0.1:{self.http_port}",
-                "exporters.otlp/jaeger.endpoint": jaeger,
-                "exporters.otlp/tempo.endpoint": tempo,
+                "exporters.otlp_grpc/jaeger.endpoint": jaeger,
+                "exporters.otlp_grpc/tempo.endpoint": tempo,
                 "extensions.health_check.endpoint": f"127.0.0.1:{health_port}",
             },
             f"http://127.0.0.1:{health_port}/",

@@ -253,3 +253,18 @@ def test_a_backfill_without_metrics_loads_no_metrics_sdk(tmp_path):
     assert done.stdout.startswith("backfilled ")
     assert len(received_roots(receiver)) > 30  # the precondition: it really exported
     assert "LOADED []" in done.stdout, done.stdout
+
+
+def test_the_resume_id_is_the_first_id_any_part_left_unsent():
+    from run_otel.ops.backfill_workers import Tally, _Part
+
+    parts = [
+        _Part(1, 10, read_to=10, done=True),  # finished
+        _Part(11, 20, read_to=14, done=True),  # stopped after 14
+        _Part(21, 30, read_to=20),  # never read a batch
+        _Part(31, 40, read_to=35, done=True, error="UNAVAILABLE"),  # failed after 35
+    ]
+    tally = Tally(parts)
+    assert tally.resume_from() == 15  # every id before it was sent; from it on, some were not
+    assert tally.errors() == ["ids 31..40: UNAVAILABLE"]
+    assert Tally([_Part(1, 10, read_to=10, done=True), _Part(11, 20, read_to=20, done=True)]).resume_from() is None

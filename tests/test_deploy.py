@@ -88,7 +88,9 @@ def test_run_otel_sends_to_a_port_the_collector_receives_on():
 
 def test_the_collector_forwards_to_jaeger_and_tempo():
     pipeline = COLLECTOR["service"]["pipelines"]["traces"]
-    assert pipeline["processors"] == ["memory_limiter", "batch"]
+    # No batch processor: the exporters' queue batches by bytes, and both together the collector warns about.
+    assert pipeline["processors"] == ["memory_limiter"]
+    assert all(COLLECTOR["exporters"][e]["sending_queue"]["batch"]["sizer"] == "bytes" for e in pipeline["exporters"])
     targets = {host_port(COLLECTOR["exporters"][e]["endpoint"]) for e in pipeline["exporters"]}
     assert {host for host, _ in targets} == {"jaeger", "tempo"}
     tempo_port = host_port(TEMPO["distributor"]["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"])[1]

@@ -88,3 +88,42 @@ def test_the_daemon_logs_json_and_no_scheduler_chatter(tmp_path):
     docs = [json.loads(line) for line in lines]
     assert not [d for d in docs if d["logger"].startswith("apscheduler")], lines
     assert len(docs) <= 6, lines
+
+
+def test_the_json_stream_masks_secrets_and_a_rotated_password(restore_logging, tmp_path, monkeypatch):
+    import sys
+
+    from run_otel.mapping.masking import Scrubber, configured_secrets
+    from run_otel.source.password_file import read_password
+    from run_otel.telemetry.logs import configure_logging, scrub_output
+
+    password_file = tmp_path / "password"
+    password_file.write_text("first-pass-4471-abc\n")
+    config = build_config(
+        {
+            "source": {"url": "mysql+pymysql://reader@db/agent", "password_file": str(password_file)},
+            "export": {"headers": {"x-api-token": "hdr-secret-91"}},
+            "log": {"format": "json"},
+        }
+    )
+    # scrub_output wraps the process's stdout and stderr: put them back after the test.
+    monkeypatch.setattr(sys, "stdout", sys.stdout)
+    monkeypatch.setattr(sys, "stderr", sys.stderr)
+    stream = io.StringIO()
+    scrubber = Scrubber.for_secrets(configured_secrets(config.export, config.source, config.state))
+    configure_logging(config.log, scrub_output(scrubber), stream)  # as the command line wires them
+    log = logging.getLogger("some.library")
+    log.error("login with first-pass-4471-abc; header hdr-secret-91; MYSQL_PASSWORD=hunter2 token=tok-abc-123")
+    try:
+        raise RuntimeError("client_secret=s3cr3tval")
+    except RuntimeError:
+        log.exception("boom")
+    password_file.write_text("second-pass-9921-xyz\n")  # rotated; the next connection reads it
+    read_password(str(password_file))
+    log.error("login with second-pass-9921-xyz refused")
+    docs = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert [doc["level"] for doc in docs] == ["ERROR", "ERROR", "ERROR"]  # precondition: every line is JSON
+    out = stream.getvalue()
+    for secret in ("first-pass-4471-abc", "hdr-secret-91", "hunter2", "tok-abc-123", "s3cr3tval", "second-pass-9921-xyz"):
+        assert secret not in out, secret
+    assert docs[2]["message"].startswith("login with ") and docs[2]["message"].endswith(" refused")

@@ -232,6 +232,17 @@ def test_failed_tool_is_an_error_with_redacted_message():
     assert dict(attrs) == {"exception.type": "tool_error", "exception.message": span.status_message}
 
 
+def test_a_1_mb_error_message_is_cut_to_the_limit_and_the_cut_is_recorded():
+    tool = make_tool(1, success=False, error_message="timeout talking to the index " + "y" * (1024 * 1024))
+    span = mapper(content={"max_length": 512}).map_run(make_run(), [tool]).spans[1]
+    assert len(span.status_message) == 512
+    assert span.status_message.startswith("timeout talking to the index ")
+    assert span.attribute_map()[A.RUN_OTEL_ATTRIBUTES_CUT] == (A.EXCEPTION_MESSAGE,)
+    # A message within the limit is not named as cut.
+    short = mapper(content={"max_length": 512}).map_run(make_run(), [make_tool(1, success=False, error_message="boom")])
+    assert A.RUN_OTEL_ATTRIBUTES_CUT not in short.spans[1].attribute_map()
+
+
 def test_a_tool_that_did_not_fail_has_no_event():
     assert [s.events for s in mapper().map_run(make_run(), [make_tool(1), make_tool(2, success=None)]).spans] == [(), (), ()]
 
@@ -599,3 +610,22 @@ def test_resource_carries_service_and_env_attributes():
         "service.namespace": "ops",
         "team": "sre",
     }
+
+
+def test_a_rating_given_later_lies_inside_the_runs_own_window_with_its_real_time_as_an_attribute():
+    from run_otel.mapping.evaluation import Evaluations
+    from run_otel.source.rows import FeedbackRow
+
+    config = build_config({})
+    clock = SourceClock(config.source.timezone)
+    run = make_run(total_duration_ms=13_000, updated_at=datetime(2026, 1, 1, 0, 0, 13))
+    root = mapper_for(config).map_run(run, [make_tool(1)]).root
+    rated = datetime(2026, 1, 1, 0, 24, 0)  # 24 minutes after the run
+    row = FeedbackRow(run.id, run.run_id, "DIAGNOSIS", "UP", rated, run.created_at, run.total_duration_ms)
+    span = Evaluations(config.feedback, clock).span(row, previous=None)
+    assert root.start_ns <= span.start_ns <= span.end_ns == root.end_ns  # the trace keeps the run's extent
+    assert span.end_ns - span.start_ns == 1_000  # its last microsecond
+    assert span.attribute_map()["diagnosis.feedback.rated_at"].startswith("2026-01-01T00:24:00")
+    # Without a duration the run's end is unknown now: zero-length at its start, never at the rating.
+    bare = Evaluations(config.feedback, clock).span(row._replace(total_duration_ms=None), previous=None)
+    assert bare.start_ns == bare.end_ns == root.start_ns

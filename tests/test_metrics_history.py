@@ -434,3 +434,27 @@ def test_the_history_and_the_daemon_count_each_run_once_across_the_cutover(tmp_p
 
     # 20 old runs and the one in flight in the history, the 2 new ones live: 23 runs, each once.
     assert (history, live) == (21, 2)
+
+
+def test_the_tee_passes_every_recorder_call_to_each_recorder():
+    """The backfill's live metrics and history share one Tee: a Recorder method it did not pass on
+    would leave one of them silent."""
+    from run_otel.pipeline.results import Recorder, Tee
+
+    calls: list[tuple[int, str, tuple]] = []
+
+    class Spy(Recorder):
+        def __init__(self, n: int):
+            self.n = n
+
+        def __getattribute__(self, name: str):
+            if name.startswith("_") or name == "n" or not callable(getattr(Recorder, name, None)):
+                return object.__getattribute__(self, name)
+            return lambda *args: calls.append((object.__getattribute__(self, "n"), name, args))
+
+    methods = [name for name, member in vars(Recorder).items() if callable(member) and not name.startswith("_")]
+    assert len(methods) > 10  # the whole interface, not a part of it
+    tee = Tee(Spy(1), Spy(2))
+    for name in methods:
+        getattr(tee, name)(name)
+    assert calls == [(n, name, (name,)) for name in methods for n in (1, 2)]

@@ -4,17 +4,18 @@ each is caught: `otelcol validate`, `jaeger validate` and `promtool check config
 from __future__ import annotations
 
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
-from servers import ROOT, promtool, validate_config
+from servers import ROOT, Collector, Receiver, promtool, validate_config
 
 pytestmark = pytest.mark.server  # every test here runs the Go peers and promtool
 
 CONFIG = ROOT / "config"
 
 SHIPPED = [
-    ("otelcol", CONFIG / "otel-collector.yaml", ("send_batch_size:", "send_batch_sise:"), "send_batch_sise"),
+    ("otelcol", CONFIG / "otel-collector.yaml", ("check_interval:", "check_intervall:"), "check_intervall"),
     ("otelcol-gateway", CONFIG / "otel-gateway.yaml", ("routing_key:", "routing_kee:"), "routing_kee"),
     # The resolver's port is a string: the documented snippet had it unquoted, which does not load.
     ("otelcol-gateway", CONFIG / "otel-gateway.yaml", ('port: "4317"', "port: 4317"), "port"),
@@ -50,3 +51,23 @@ def test_prometheus_config_and_its_rules_load_in_promtool(tmp_path):
     (tmp_path / "alerts.yml").write_text((CONFIG / "prometheus" / "alerts.yml").read_text())
     broken = broken_copy(CONFIG / "prometheus" / "prometheus.yml", tmp_path, ("scrape_interval:", "scrape_intervall:"))
     assert promtool_check(broken).returncode != 0
+
+
+def test_the_shipped_collector_config_starts_without_a_warning(tmp_path):
+    """No deprecated alias (`otlp` for `otlp_grpc`) and no batch processor before an exporter that batches:
+    the collector says either at start as a warning, which an operator then learns to ignore."""
+    backends = [Receiver(), Receiver()]  # in place of Jaeger and Tempo, so no connection is refused
+    for backend in backends:
+        backend.start()
+    collector = Collector(tmp_path, backends[0].endpoint, backends[1].endpoint)
+    try:
+        collector.start()
+        time.sleep(1)  # the exporters connect after "Everything is ready"
+    finally:
+        collector.stop()
+        for backend in backends:
+            backend.stop()
+    log = (tmp_path / "otelcol.log").read_text()
+    assert "Everything is ready" in log  # the precondition: it started, and this is its start-up log
+    warnings = [line for line in log.splitlines() if "\twarn\t" in line or '"level":"warn"' in line]
+    assert not warnings, "\n".join(warnings)

@@ -169,3 +169,47 @@ def test_two_instances_one_lease_and_a_takeover(agent_db, otlp, tmp_path):
             if process.alive():
                 assert process.terminate() == 0
     assert received_roots(otlp.receiver) == expected
+
+
+HOLD_THE_LEASE = """
+import sys, time
+from sqlalchemy.engine import make_url
+from run_otel.pipeline.lease import MySqlLease
+from run_otel.source.engine import make_engine
+
+lease = MySqlLease(make_engine(make_url(sys.argv[1])), sys.argv[2], takeover_seconds=2)
+assert lease.held()
+print("held", flush=True)
+while True:
+    time.sleep(60)
+"""
+
+
+def test_a_lease_holder_stopped_with_sigstop_is_freed_by_its_wait_timeout(agent_db):
+    """A frozen holder (SIGSTOP, a VM paused) never closes its connection: the server's
+    wait_timeout, set to ha.takeover_seconds on the lease's connection, must drop it."""
+    import signal
+    import subprocess
+    import sys
+
+    from run_otel.pipeline.lease import MySqlLease
+    from run_otel.pipeline.named_lock import lock_holder
+
+    name = f"run_otel_test_stop_{uuid.uuid4().hex[:8]}"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_THE_LEASE, agent_db.url, name], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held", holder.stderr
+        engine = agent_db.engine()
+        standby = MySqlLease(engine, name, takeover_seconds=2)
+        assert not standby.held()  # precondition: the running holder keeps it
+        holder.send_signal(signal.SIGSTOP)
+        started = time.monotonic()
+        wait_for(standby.held, timeout=20, what="the stopped holder's lease to be freed", interval=0.5)
+        assert time.monotonic() - started < 15
+        assert lock_holder(engine, name) is not None
+        standby.release()
+    finally:
+        holder.kill()
+        holder.wait(10)

@@ -98,3 +98,21 @@ def test_a_backend_without_a_lock_is_warned_about(tmp_path, caplog):
     assert type(lock) is StoreLock
     assert "one writer per shard is not enforced on postgresql" in caplog.text
     assert "run:otel@" not in caplog.text  # the password stays out of the warning
+
+
+def test_a_lock_name_past_64_characters_is_hashed_so_two_shards_of_a_long_database_never_share_one():
+    from run_otel.factory import lease_name
+    from run_otel.pipeline.named_lock import MAX_LOCK_NAME, lock_name
+    from run_otel.sharding import shard_name
+
+    database = "agent_diagnosis_production_eu_west_1_" + "x" * 40
+    names = {
+        shard: lease_name(replace(build_config({"source": {"url": f"mysql+pymysql://r@db/{database}"}}), shard=shard))
+        for shard in ((0, 2), (1, 2))
+    }
+    assert all(len(name) <= MAX_LOCK_NAME for name in names.values()), names  # the server refuses longer names
+    assert len(set(names.values())) == 2, names  # a cut at 64 characters would leave the shards one lock
+    # The state store's lock too, and a name that fits is kept as it is, readable.
+    stores = {lock_name("run-otel-state", database, shard_name(shard)) for shard in ((0, 2), (1, 2))}
+    assert len(stores) == 2 and all(len(name) <= MAX_LOCK_NAME for name in stores)
+    assert lock_name("run-otel-state", "agent", "default") == "run-otel-state:agent:default"

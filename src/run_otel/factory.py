@@ -152,8 +152,14 @@ def build_parts(
 
 def build_exporter(parts: Parts) -> RunExporter:
     config = parts.config
+    recorder = parts.recorder
     sender = RequestSender(
-        parts.sink, parts.encoder, config.export.max_request_bytes, config.trace.max_list_length, parts.recorder.spans_dropped
+        parts.sink,
+        parts.encoder,
+        config.export.max_request_bytes,
+        config.trace.max_list_length,
+        recorder.spans_dropped,
+        recorder.request_acknowledged,
     )
     return RunExporter(parts.source, parts.mapper, sender, parts.recorder)
 
@@ -273,7 +279,10 @@ def start_metrics(config: Config, alive: Check | None = None) -> tuple[BridgeMet
             config.metrics.host,
             config.metrics.port,
             metrics.registry,
-            readiness(metrics, config.poll.interval_seconds),
+            # A request may take up to the longest deadline before its acknowledgement is progress.
+            readiness(
+                metrics, config.poll.interval_seconds, max(config.export.max_timeout_seconds, config.export.timeout_seconds)
+            ),
             alive or (lambda: (True, "ok")),
         ).start()
     except OSError as exc:

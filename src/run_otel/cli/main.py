@@ -13,7 +13,7 @@ import click
 
 from .backfill_output import backfill_and_report, metrics_out_options
 from .ops_commands import COMMANDS as OPERATOR_COMMANDS
-from .options import CONFIG_OPTION, EXIT_FAILED, EXIT_PARTIAL, EXIT_USAGE, SHARD_OPTION, fail, guarded, load
+from .options import CONFIG_OPTION, EXIT_FAILED, EXIT_PARTIAL, EXIT_USAGE, SHARD_OPTION, fail, guarded, load, reread
 from .times import TimeParam
 
 if TYPE_CHECKING:
@@ -76,12 +76,14 @@ def run(config_path: Path | None, shard: str | None) -> None:
 
     Polls never overlap. On SIGTERM or Ctrl-C the batch in flight is finished
     and its checkpoint saved before the process exits. A database or receiver
-    outage is retried with backoff; nothing is skipped.
+    outage is retried with backoff; nothing is skipped. SIGHUP re-reads
+    log.level and source.password_file and retries a failed poll at once;
+    other changed keys are named and wait for a restart.
     """
     from ..ops.daemon import Daemon
 
     config = load(config_path, shard)
-    guarded(lambda: Daemon(config).run_forever())
+    guarded(lambda: Daemon(config, fresh=lambda: reread(config_path, shard)).run_forever())
 
 
 def _utcnow() -> datetime:
@@ -209,6 +211,7 @@ def check(config_path: Path | None) -> None:
     from rich.console import Console
 
     from ..ops.check import FAIL, OK, WARN, run_checks
+    from .render import finding_text
 
     symbols = {OK: "[green]✔[/]", WARN: "[yellow]![/]", FAIL: "[red]✘[/]"}
     config = load(config_path)
@@ -217,8 +220,7 @@ def check(config_path: Path | None) -> None:
     findings = []
     for finding in run_checks(config):
         findings.append(finding)
-        detail = f": {finding.detail}" if finding.detail else ""
-        console.print(f"{symbols[finding.level]} {finding.what}{detail}")
+        console.print(f"{symbols[finding.level]} {finding_text(finding.what, finding.detail)}")
     failures = sum(f.level == FAIL for f in findings)
     warnings = sum(f.level == WARN for f in findings)
     if failures:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from ..source.terminal_text import terminal_safe
 from .options import CONFIG_OPTION, EXIT_FAILED, EXIT_USAGE, SHARD_OPTION, fail, guarded, load
 from .times import TimeParam
 
@@ -47,7 +48,7 @@ def status(config_path: Path | None, as_json: bool) -> None:
             lag = "-" if row.lag_seconds is None else f"{row.lag_seconds:.0f}s"
             saved = datetime.fromtimestamp(row.saved_at, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
             table.add_row(
-                row.shard,
+                terminal_safe(row.shard),
                 str(row.high_water_id),
                 str(row.newest_id),
                 str(row.lag_runs),
@@ -122,9 +123,9 @@ def export_command(config_path: Path | None, run_ids: tuple[str, ...], incomplet
     def body() -> None:
         outcome = export_runs(config, run_ids, incomplete)
         for run_id, trace in outcome.sent:
-            click.echo(f"sent {run_id} as trace {trace}")
+            click.echo(f"sent {terminal_safe(run_id)} as trace {trace}")
         for run_id in outcome.waiting:
-            click.echo(f"skipped {run_id}: not finished yet (use --incomplete to send it as incomplete)", err=True)
+            click.echo(f"skipped {terminal_safe(run_id)}: not finished yet (use --incomplete to send it as incomplete)", err=True)
         for run_id in outcome.unknown:
             click.echo(f"no run with run_id {run_id!r}", err=True)
         click.echo(f"{len(outcome.sent)} run(s), {outcome.spans} span(s) sent")

@@ -70,6 +70,15 @@ def load(config_path: Path | None, shard: str | None = None, demo: bool = False)
     return config
 
 
+def reread(config_path: Path | None, shard: str | None = None) -> Config:
+    """The config as `load` builds it, read again for SIGHUP: a bad file raises rather than exits."""
+    from ..config import load_config
+    from ..sharding import parse_shard
+
+    config = load_config(config_path)
+    return replace(config, shard=parse_shard(shard)) if shard else config
+
+
 def guarded(action: Callable[[], None]) -> None:
     """Runs a command body; known failures become one line and exit code 1."""
     from ..config import ConfigError

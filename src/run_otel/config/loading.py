@@ -29,6 +29,7 @@ from .sections import (
     VERIFYING_TLS_MODES,
     Config,
     ConfigError,
+    ExportConfig,
     GenerateConfig,
     SourceConfig,
 )
@@ -54,6 +55,7 @@ _POSITIVE = {
     ("poll", "retry_initial_seconds"),
     ("poll", "retry_max_seconds"),
     ("export", "timeout_seconds"),
+    ("export", "max_timeout_seconds"),
     ("export", "max_attempts"),
     ("content", "max_length"),
     ("trace", "max_spans_per_trace"),
@@ -269,6 +271,7 @@ def _validate(config: Config) -> None:
             raise ConfigError(f"content.redact: bad regex {pattern!r}: {exc}") from None
     _validate_tls(config.source)
     _validate_generate(config)
+    _validate_export_tls(config.export)
     for section in ("source", "state"):
         try:
             make_url(getattr(config, section).url)
@@ -300,3 +303,24 @@ def _validate_tls(source: SourceConfig) -> None:
         raise ConfigError(
             f"source.tls_cert needs source.tls_mode required, verify_ca or verify_identity, not {source.tls_mode!r}"
         )
+
+
+def _validate_export_tls(export: ExportConfig) -> None:
+    """The PEM files for the receiver: present, and each client key with its certificate."""
+    for key in (
+        "certificate",
+        "client_certificate",
+        "client_key",
+        "logs_certificate",
+        "logs_client_certificate",
+        "logs_client_key",
+    ):
+        path = getattr(export, key)
+        if path and not Path(path).is_file():
+            raise ConfigError(f"export.{key}: no such file: {path}")
+    for prefix in ("", "logs_"):
+        cert, key = getattr(export, f"{prefix}client_certificate"), getattr(export, f"{prefix}client_key")
+        if bool(cert) != bool(key):
+            raise ConfigError(
+                f"export.{prefix}client_certificate and export.{prefix}client_key go together (mTLS): set both or neither"
+            )

@@ -73,9 +73,19 @@ class ExportConfig:
     endpoint: str = ""
     headers: dict[str, str] = field(default_factory=dict)
     timeout_seconds: float = 10.0
+    # A receiver slower than timeout_seconds gets a longer deadline, doubled up to this.
+    max_timeout_seconds: float = 60.0
     insecure: bool = True
     compression: str = "none"
     max_attempts: int = 3
+    # PEM files: the CA that signed the receiver's certificate, and the client pair for mTLS.
+    certificate: str = ""
+    client_certificate: str = ""
+    client_key: str = ""
+    # The same for the OTLP log records (feedback.log_records); empty: the three above.
+    logs_certificate: str = ""
+    logs_client_certificate: str = ""
+    logs_client_key: str = ""
     # Under the 4 MiB gRPC receive limit most receivers keep (the collector's, Jaeger's).
     max_request_bytes: int = 3 * 1024 * 1024
 

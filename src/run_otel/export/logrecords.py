@@ -23,6 +23,7 @@ from ..mapping import attributes as A
 from ..mapping.span_data import LogData
 from .encoding import any_value
 from .sinks import ExportError, GrpcSink, HttpSink, Sink
+from .transport import logs_tls
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +42,10 @@ class HttpLogSink(HttpSink):
 
 
 def build_log_sink(config: ExportConfig) -> GrpcLogSink | HttpLogSink:
+    tls = logs_tls(config)
     if config.protocol == "http/protobuf":
-        return HttpLogSink(config)
-    return GrpcLogSink(config)
+        return HttpLogSink(config, tls)
+    return GrpcLogSink(config, tls)
 
 
 def encode_log_record(record: LogData) -> LogRecord:

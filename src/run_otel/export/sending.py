@@ -50,8 +50,10 @@ class RequestSender:
         max_request_bytes: int,
         list_length: int,
         on_drop: Callable[[str, int], None],
+        on_ack: Callable[[], None] = lambda: None,
     ):
         self._sink = sink
+        self._on_ack = on_ack
         self._encoder = encoder
         self._list_length = list_length
         self._on_drop = on_drop
@@ -115,6 +117,7 @@ class RequestSender:
             self._send(items[:half], sent, split=True)
             self._send(items[half:], sent, split=True)
             return
+        self._on_ack()
         self._note(ack, len(items))
         sent.rejected += ack.rejected_spans
 
@@ -140,6 +143,7 @@ class RequestSender:
                 len(item.encoded),
                 len(encoded),
             )
+            self._on_ack()
             self._note(ack, 1)
             sent.rejected += ack.rejected_spans
             return

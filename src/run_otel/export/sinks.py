@@ -23,7 +23,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
-from urllib.parse import urlparse
 
 import grpc
 from google.protobuf import json_format
@@ -33,6 +32,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from ..config import ExportConfig
+from .deadline import Deadline
+from .transport import Tls, explain, grpc_target, traces_tls
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,8 @@ class Ack:
 
 class Sink(Protocol):
     def send(self, request: bytes) -> Ack: ...
+
+    def probe(self) -> None: ...
 
     def close(self) -> None: ...
 
@@ -140,6 +143,10 @@ def http_retry_delay(header: str | None) -> float | None:
             return None
 
 
+# An empty request is valid OTLP: it proves the endpoint speaks it, and exports nothing.
+EMPTY_REQUEST = b""
+
+
 def _ack_from(response: ExportTraceServiceResponse) -> Ack:
     partial = response.partial_success
     return Ack(rejected_spans=partial.rejected_spans, message=partial.error_message)
@@ -149,15 +156,16 @@ class GrpcSink:
     # A subclass sends another signal's requests (logrecords.py).
     METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 
-    def __init__(self, config: ExportConfig):
-        endpoint = config.resolved_endpoint()
-        parsed = urlparse(endpoint if "://" in endpoint else f"//{endpoint}")
-        self._target = parsed.netloc or endpoint
-        secure = parsed.scheme == "https" or (parsed.scheme == "" and not config.insecure)
+    def __init__(self, config: ExportConfig, tls: Tls | None = None):
+        self._endpoint = config.resolved_endpoint()
+        tls = tls or traces_tls(config)
+        where = grpc_target(self._endpoint, config, tls)
+        self._target = where.target
+        self._tls_without_client = where.secure and not tls.cert
         options = [("grpc.max_send_message_length", 64 * 1024 * 1024)]
         self._channel = (
-            grpc.secure_channel(self._target, grpc.ssl_channel_credentials(), options=options)
-            if secure
+            grpc.secure_channel(self._target, grpc.ssl_channel_credentials(*tls.read()), options=options)
+            if where.secure
             else grpc.insecure_channel(self._target, options=options)
         )
         # The request is already serialized: send its bytes as they are.
@@ -167,7 +175,7 @@ class GrpcSink:
             response_deserializer=ExportTraceServiceResponse.FromString,
         )
         self._metadata = tuple((k.lower(), v) for k, v in config.headers.items())
-        self._timeout = config.timeout_seconds
+        self._deadline = Deadline(config.timeout_seconds, config.max_timeout_seconds)
         self._attempts = config.max_attempts
         self._compression = grpc.Compression.Gzip if config.compression == "gzip" else grpc.Compression.NoCompression
 
@@ -177,16 +185,23 @@ class GrpcSink:
     def send(self, request: bytes) -> Ack:
         return _with_retries(lambda: self._send_once(request), self._attempts, self.describe())
 
+    def probe(self) -> None:
+        _probe(self._send_once, self.describe())
+
     def _send_once(self, request: bytes) -> Ack:
+        deadline, started = self._deadline.seconds, time.monotonic()
         try:
-            response = self._export(request, timeout=self._timeout, metadata=self._metadata, compression=self._compression)
+            response = self._export(request, timeout=deadline, metadata=self._metadata, compression=self._compression)
         except grpc.RpcError as exc:
-            reason = f"{exc.code().name}: {exc.details()}"
+            if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                raise _Retryable(f"DEADLINE_EXCEEDED: {self._deadline.exceeded(deadline)}") from None
+            reason = explain(f"{exc.code().name}: {exc.details()}", "grpc", self._endpoint, self._tls_without_client)
             if _too_large(exc.code(), exc.details()):
-                raise TooLarge(f"{self.describe()}: {reason}") from None
-            if exc.code() in _RETRYABLE_GRPC:
-                raise _Retryable(reason, grpc_retry_delay(exc)) from None
-            raise ExportError(f"{self.describe()}: {reason}") from None
+                raise TooLarge(f"{self.describe()}: {reason.text}") from None
+            if exc.code() in _RETRYABLE_GRPC and not reason.permanent:
+                raise _Retryable(reason.text, grpc_retry_delay(exc)) from None
+            raise ExportError(f"{self.describe()}: {reason.text}") from None
+        self._deadline.answered(time.monotonic() - started)
         return _ack_from(response)
 
     def close(self) -> None:
@@ -196,22 +211,28 @@ class GrpcSink:
 class HttpSink:
     PATH = "/v1/traces"
 
-    def __init__(self, config: ExportConfig):
+    def __init__(self, config: ExportConfig, tls: Tls | None = None):
         endpoint = config.resolved_endpoint().rstrip("/").removesuffix("/v1/traces")
         self._url = f"{endpoint}{self.PATH}"
         import requests  # here: a gRPC export never loads it
 
         self._requests = requests
         self._session = requests.Session()
+        tls = tls or traces_tls(config)
+        # Per request, not on the session: requests lets REQUESTS_CA_BUNDLE beat a session's CA.
+        self._verify, self._cert = tls.requests_verify(), tls.requests_cert()
         self._headers = {"Content-Type": "application/x-protobuf", **config.headers}
         self._gzip = config.compression == "gzip"
         if self._gzip:
             self._headers["Content-Encoding"] = "gzip"
-        self._timeout = config.timeout_seconds
+        self._deadline = Deadline(config.timeout_seconds, config.max_timeout_seconds)
         self._attempts = config.max_attempts
 
     def describe(self) -> str:
         return f"OTLP/HTTP {self._url}"
+
+    def probe(self) -> None:
+        _probe(self._send_once, self.describe())
 
     def send(self, request: bytes) -> Ack:
         body = request
@@ -220,10 +241,22 @@ class HttpSink:
         return _with_retries(lambda: self._send_once(body), self._attempts, self.describe())
 
     def _send_once(self, body: bytes) -> Ack:
+        deadline, started = self._deadline.seconds, time.monotonic()
         try:
-            response = self._session.post(self._url, data=body, headers=self._headers, timeout=self._timeout)
+            response = self._session.post(
+                self._url, data=body, headers=self._headers, timeout=deadline, verify=self._verify, cert=self._cert
+            )
+        except self._requests.exceptions.SSLError as exc:
+            # A TLS failure is the same at every attempt: said with what to set, not retried here.
+            reason = explain(f"SSLError: {_innermost(exc)}", "http/protobuf", self._url)
+            raise ExportError(f"{self.describe()}: {reason.text}") from None
+        except self._requests.Timeout as exc:
+            if isinstance(exc, self._requests.ConnectTimeout):
+                raise _Retryable("ConnectTimeout") from None
+            raise _Retryable(f"{type(exc).__name__}: {self._deadline.exceeded(deadline)}") from None
         except self._requests.RequestException as exc:
             raise _Retryable(type(exc).__name__) from None
+        self._deadline.answered(time.monotonic() - started)
         if response.status_code == 413:
             raise TooLarge(f"{self.describe()}: HTTP 413 {response.text[:200]}")
         if response.status_code in _RETRYABLE_HTTP:
@@ -237,6 +270,22 @@ class HttpSink:
 
     def close(self) -> None:
         self._session.close()
+
+
+def _innermost(exc: BaseException) -> str:
+    """The TLS library's own words, from under the layers requests and urllib3 wrap them in."""
+    while exc.args and isinstance(exc.args[0], BaseException):
+        exc = exc.args[0]
+    inner = getattr(exc, "reason", None)
+    return str(inner if isinstance(inner, BaseException) else exc)
+
+
+def _probe(send_once: Callable[[bytes], Ack], describe: str) -> None:
+    """One empty export, no retry and no log line: is the receiver there and speaking OTLP?"""
+    try:
+        send_once(EMPTY_REQUEST)
+    except _Retryable as exc:
+        raise ExportError(f"{describe}: {exc}") from None
 
 
 class JsonFileSink:
@@ -254,6 +303,9 @@ class JsonFileSink:
 
     def describe(self) -> str:
         return f"OTLP-JSON file {self.path}"
+
+    def probe(self) -> None:
+        pass
 
     def send(self, request: bytes) -> Ack:
         self._fh.write(otlp_json(ExportTraceServiceRequest.FromString(request)).encode("utf-8") + b"\n")

@@ -82,6 +82,15 @@ class Cleaner:
         text = text[: self.max_length * 2 + 256]
         return self.redactor.redact(text)[: self.max_length]
 
+    def clean_cut(self, value: str | bytes | None) -> tuple[str | None, bool]:
+        """``clean(value)``, and whether it was cut short of what redaction left (``run_otel.attributes.cut``)."""
+        if value is None:
+            return None, False
+        text = value.decode("utf-8", "replace") if isinstance(value, (bytes, bytearray)) else str(value)
+        bound = self.max_length * 2 + 256
+        redacted = self.redactor.redact(text[:bound])
+        return redacted[: self.max_length], len(text) > bound or len(redacted) > self.max_length
+
 
 Pairs = list[tuple[str, str]]
 MaybePairs = list[tuple[str, str | None]]
@@ -100,9 +109,10 @@ class ContentPolicy:
 
     # -- what is written ----------------------------------------------------------
 
-    def error_text(self, message: str | None) -> str:
-        """An error message as it may be exported: always redacted and cut."""
-        return self.cleaner.clean(message) or ""
+    def error_text(self, message: str | None) -> tuple[str, bool]:
+        """An error message as it may be exported, always redacted and cut, and whether it was cut."""
+        text, cut = self.cleaner.clean_cut(message)
+        return text or "", cut
 
     def run_attributes(self, query: str | None, answer: str | None, published_result: str | None) -> Pairs:
         if not self.capture:

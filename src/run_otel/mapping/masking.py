@@ -60,6 +60,12 @@ class Scrubber:
     def for_secrets(cls, secrets: Iterable[str]) -> Scrubber:
         return cls(secrets, Redactor.for_secrets())
 
+    def add_secret(self, secret: str) -> None:
+        """Masks ``secret`` too from now on: a password read again after a rotation."""
+        if len(secret) >= _MIN_SECRET and secret not in self._secrets:
+            # One assignment, so a thread scrubbing meanwhile sees the old list or the new one.
+            self._secrets = sorted({*self._secrets, secret}, key=len, reverse=True)
+
     def scrub(self, text: str) -> str:
         for secret in self._secrets:
             text = text.replace(secret, MASK)

@@ -18,7 +18,7 @@ from ..source.rows import RELEVANCE_LEVELS, RETRIEVAL_LAYERS, RunRow, ToolRow
 from . import attributes as A
 from .content import ContentPolicy
 from .documents import RetrievalDocuments, openinference_documents
-from .limits import AttributeLimits
+from .limits import AttributeLimits, with_cut
 from .span_data import (
     MAX_DURATION_MS,
     STATUS_ERROR,
@@ -198,11 +198,12 @@ class Mapper:
         length_ns = (duration or 0) * _NS_PER_MS
         start_ns, end_ns = (at_ns, at_ns + length_ns) if self._anchor_start else (at_ns - length_ns, at_ns)
         status: dict[str, Any] = {}
+        cut = False
         if tool.success is False:
-            message = self._error_text(tool.error_message)
+            message, cut = self._error_text(tool.error_message)
             event = exception_event(A.ERROR_TOOL, message, end_ns)
             status = {"status_code": STATUS_ERROR, "status_message": message, "events": (event,)}
-        return SpanData(
+        span = SpanData(
             trace_id=trace_id,
             span_id=tool_span_id_for(run.run_id, tool.id),
             parent_span_id=root_id,
@@ -213,8 +214,10 @@ class Mapper:
             attributes=self._tool_attributes(run, tool, duration, warnings),
             **status,
         )
+        # A message past content.max_length is named as cut, as an attribute past the limits is.
+        return with_cut(span, [A.EXCEPTION_MESSAGE], 0, self._limits.list_length) if cut else span
 
-    def _error_text(self, message: str | None) -> str:
+    def _error_text(self, message: str | None) -> tuple[str, bool]:
         if message is not None and len(message) <= _MEMO_MAX_CHARS:
             return self._error_texts(message)
         return self._content.error_text(message)

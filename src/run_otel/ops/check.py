@@ -16,12 +16,14 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from ..config import Config, ConfigError, SourceConfig, StateConfig
 from ..export.sinks import ExportError
+from ..export.transport import transport_warnings
 from ..factory import build_probe_sink, build_source, build_store
 from ..mapping.feedback_vocab import unmapped_in_window
 from ..pipeline.checkpoint import CheckpointError
 from ..sharding import shard_from_name
 from ..source.clock import zone_finding
 from ..source.columns import columns_read
+from ..source.password_file import readable_by_others
 from ..source.reader import Source, SourceError
 from ..source.schema import REQUIRED_INDEXES, documented_types
 
@@ -47,6 +49,8 @@ def run_checks(config: Config, clock: Callable[[], float] = time.time) -> Iterat
     """Each check's verdict; reads only: no store, file or table is created, whatever the
     config points at. ``clock`` is this host's, which the database's is compared with."""
     yield Finding(OK, "config", "valid")
+    if config.source.password_file and (exposed := readable_by_others(config.source.password_file)):
+        yield Finding(WARN, "source.password_file", exposed)
     yield from _check_demo_defaults(config)
     missing = _missing_sqlite_file(config.source.url)
     if missing:
@@ -63,7 +67,7 @@ def run_checks(config: Config, clock: Callable[[], float] = time.time) -> Iterat
     try:
         with source.engine.connect() as conn:
             conn.execute(text("SELECT 1"))
-    except SQLAlchemyError as exc:
+    except (SQLAlchemyError, SourceError) as exc:  # SourceError: the password file went unreadable
         yield Finding(FAIL, "database", f"{source.describe()} unreachable: {getattr(exc, 'orig', exc)}")
         yield from _check_endpoint(config)
         return
@@ -331,6 +335,8 @@ def _check_checkpoint_ahead(config: Config, source: Source) -> Iterator[Finding]
 
 
 def _check_endpoint(config: Config) -> Iterator[Finding]:
+    for warning in transport_warnings(config.export, config.export.resolved_endpoint()):
+        yield Finding(WARN, "otlp transport", warning)
     sink = build_probe_sink(config)
     try:
         # An empty request is valid OTLP: it proves the endpoint speaks it, and exports nothing.

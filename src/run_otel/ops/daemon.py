@@ -5,6 +5,12 @@ backoff, at the time the log line announces. ``/healthz`` fails when a poll
 has made no progress for ``poll.stuck_after_seconds``. On SIGTERM the batch in
 flight gets ``poll.shutdown_timeout_seconds`` to finish and checkpoint; past
 that the process exits 1 without saving it, so it is re-sent after a restart.
+
+After an export failure the receiver is probed with an empty request every
+``poll.interval_seconds``: once a probe that failed succeeds, the receiver is
+back, and the poll runs then rather than at the end of a backoff of up to
+``poll.retry_max_seconds``. A receiver that answers the first probe failed for
+another reason, and the backoff stands.
 """
 
 from __future__ import annotations
@@ -16,17 +22,21 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from .. import __version__
 from ..config import Config
 from ..export.sinks import ExportError
+from ..export.transport import transport_warnings
 from ..factory import build_service
 from ..pipeline.checkpoint import CheckpointError
 from ..pipeline.results import PollResult
+from ..source.password_file import readable_by_others
 from ..source.reader import SourceError
 from .effective_settings import effective_settings
+from .reload import Reloader
 
 if TYPE_CHECKING:
     from apscheduler.schedulers.background import BackgroundScheduler
@@ -54,8 +64,10 @@ class _SkipWhilePolling(logging.Filter):
 
 
 class Daemon:
-    def __init__(self, config: Config, rng: random.Random | None = None):
+    def __init__(self, config: Config, rng: random.Random | None = None, fresh: Callable[[], Config] | None = None):
+        """``fresh`` reads the config again, for SIGHUP; without it the signal re-reads only the password file."""
         self._config = config
+        self._reloader = Reloader(config, fresh or (lambda: config))
         self._rng = rng or random.Random()
         self._stop = threading.Event()
         self._failures = 0
@@ -70,6 +82,9 @@ class Daemon:
         self.store_lock, self.lease = service.store_lock, service.lease
         self.metrics, self.server = service.metrics, service.server
         self.poller, self.feedback = service.poller, service.feedback
+        # Probed during an export backoff: the poll's own sink, so its answer is the poll's.
+        self._sink = service.parts.sink
+        self._receiver_seen_down = False
 
     # -- health -------------------------------------------------------------------
 
@@ -157,8 +172,40 @@ class Daemon:
         delay = self._backoff(self._failures)
         self._retry_at = time.monotonic() + delay
         self._wake_at(time.time() + delay, "retry")
+        if isinstance(exc, ExportError) and self._scheduler is not None and self._scheduler.get_job("probe") is None:
+            self._receiver_seen_down = False
+            self._scheduler.add_job(
+                self._probe_receiver, "interval", seconds=self._config.poll.interval_seconds, id="probe", max_instances=1
+            )
         known = isinstance(exc, (SourceError, ExportError, CheckpointError))
         log.error("%s (%s); retrying in %.1fs", what, exc if known else f"{exc.__class__.__name__}: {exc}", delay)
+
+    def _probe_receiver(self) -> None:
+        """During an export backoff: is the receiver back? One empty request, silent when it fails."""
+        if not self._failures or self._stop.is_set():
+            self._unschedule("probe")
+            return
+        try:
+            self._sink.probe()
+        except ExportError:
+            self._receiver_seen_down = True
+            return
+        self._unschedule("probe")
+        if self._receiver_seen_down and self._retry_at > time.monotonic():
+            log.info(
+                "%s answers again; polling now rather than in %.0fs", self._sink.describe(), self._retry_at - time.monotonic()
+            )
+            self._retry_at = 0.0
+            self._wake_at(time.time(), "retry")
+
+    def _unschedule(self, job_id: str) -> None:
+        from apscheduler.jobstores.base import JobLookupError
+
+        if self._scheduler is not None:
+            try:
+                self._scheduler.remove_job(job_id)
+            except JobLookupError:  # removed meanwhile
+                pass
 
     def _feedback_pass(self) -> None:
         """Every feedback.interval_seconds, after a good poll, in the same tick: never beside a poll.
@@ -186,6 +233,14 @@ class Daemon:
         self._stop.set()
         self.poller.stop_requested.set()
 
+    def hangup(self, *_args: object) -> None:
+        """SIGHUP: log.level and the password file taken up again (ops/reload.py), and a poll
+        backing off after a failure tried at once, since the fix was likely what the signal announces."""
+        self._reloader.reload()
+        if self._failures:
+            self._retry_at = 0.0
+            self._wake_at(time.time(), "retry")
+
     def run_forever(self) -> None:
         from apscheduler.schedulers.background import BackgroundScheduler
 
@@ -202,7 +257,12 @@ class Daemon:
         )
         signal.signal(signal.SIGTERM, self.stop)
         signal.signal(signal.SIGINT, self.stop)
+        signal.signal(signal.SIGHUP, self.hangup)
         log.info("run-otel %s starting: %s", __version__, effective_settings(self._config))
+        for warning in transport_warnings(self._config.export, self._config.export.resolved_endpoint()):
+            log.warning(warning)
+        if self._config.source.password_file and (exposed := readable_by_others(self._config.source.password_file)):
+            log.warning(exposed)
         scheduler.start()
         self._stop.wait()
         self._shutdown(scheduler)

@@ -25,7 +25,16 @@ from .guard import SourceGuard
 from .late_rows import LatePass
 from .results import PollResult, Recorder
 from .run_export import RunExporter
-from .transitions import Rules, advance, classify, expire_gaps, in_flight_since, initial_checkpoint, take_over
+from .transitions import (
+    Classified,
+    Rules,
+    advance,
+    classify,
+    expire_gaps,
+    in_flight_since,
+    initial_checkpoint,
+    take_over,
+)
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +147,7 @@ class Poller:
         if self._late is not None and watched:
             self._late.remember(watched)
         self._high_water = following.high_water
+        self._log_incomplete(decided)
         result.pending, result.gaps = len(following.pending), len(following.gaps)
         self._waiting_since = min(following.pending.values(), default=None)
         result.full_batch = len(new_runs) >= self._poll.batch_size
@@ -166,6 +176,18 @@ class Poller:
             shown,
         )
         self._recorder.pending_deleted(len(deleted))
+
+    def _log_incomplete(self, decided: Classified) -> None:
+        """One line per run sent unfinished: an operator looks for the agent's stuck runs by id."""
+        for run in decided.to_export:
+            if run.id in decided.incomplete:
+                log.warning(
+                    "run %s sent as incomplete: status %s, not finished after %.0fs (poll.run_timeout_seconds = %g)",
+                    run.run_id,
+                    run.status,
+                    decided.stuck_seconds.get(run.id, 0.0),
+                    self._rules.run_timeout_seconds,
+                )
 
     def _record_backlog(self) -> None:
         """What is left after the poll: run ids above the checkpoint, and how much newer they are."""

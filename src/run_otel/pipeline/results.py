@@ -3,8 +3,9 @@ the ``Recorder`` that the metrics implement to hear about them."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..source.rows import FeedbackRow, RunRow, ToolRow
 
@@ -79,6 +80,9 @@ class Recorder:
 
     def export_failed(self) -> None: ...
 
+    def request_acknowledged(self) -> None:
+        """One request of a batch was acknowledged: progress, even while the batch goes on."""
+
     def poll_finished(self, seconds: float, ok: bool, pending: int, oldest_pending: float = 0.0) -> None:
         """``oldest_pending``: seconds the longest-waiting pending run has waited since first seen."""
 
@@ -102,39 +106,22 @@ class Recorder:
 
 
 class Tee(Recorder):
-    """Tells every recorder given (the live metrics and a backfill's history, say) what happened."""
+    """Tells every recorder given (the live metrics and a backfill's history, say) what happened:
+    every Recorder method, so one added later reaches them all."""
 
     def __init__(self, *recorders: Recorder):
         self._recorders = recorders
 
-    def runs_exported(self, result: PollResult, acked_at: float) -> None:
-        for recorder in self._recorders:
-            recorder.runs_exported(result, acked_at)
 
-    def export_failed(self) -> None:
+def _fan_out(name: str) -> Callable[..., None]:
+    def method(self: Tee, *args: Any, **kwargs: Any) -> None:
         for recorder in self._recorders:
-            recorder.export_failed()
+            getattr(recorder, name)(*args, **kwargs)
 
-    def poll_finished(self, seconds: float, ok: bool, pending: int, oldest_pending: float = 0.0) -> None:
-        for recorder in self._recorders:
-            recorder.poll_finished(seconds, ok, pending, oldest_pending)
+    method.__name__ = name
+    return method
 
-    def row_warnings(self, count: int) -> None:
-        for recorder in self._recorders:
-            recorder.row_warnings(count)
 
-    def backlog(self, runs: int, seconds: float | None) -> None:
-        for recorder in self._recorders:
-            recorder.backlog(runs, seconds)
-
-    def feedback_sent(self, rows: Sequence[FeedbackRow]) -> None:
-        for recorder in self._recorders:
-            recorder.feedback_sent(rows)
-
-    def spans_dropped(self, reason: str, count: int) -> None:
-        for recorder in self._recorders:
-            recorder.spans_dropped(reason, count)
-
-    def checkpoint_ahead(self, runs: int) -> None:
-        for recorder in self._recorders:
-            recorder.checkpoint_ahead(runs)
+for _name, _member in vars(Recorder).items():
+    if callable(_member) and not _name.startswith("_"):
+        setattr(Tee, _name, _fan_out(_name))

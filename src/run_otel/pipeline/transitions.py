@@ -87,16 +87,23 @@ def timed_out(created_at: float | None, first_seen: float, now: float, rules: Ru
     """
     if rules.run_timeout_seconds <= 0:
         return False
+    return waited(created_at, first_seen, now, rules) >= rules.run_timeout_seconds
+
+
+def waited(created_at: float | None, first_seen: float, now: float, rules: Rules) -> float:
+    """How long a run has been waiting to finish, counted as ``timed_out`` counts it."""
     since = first_seen
     if rules.trust_timestamps and created_at is not None and created_at <= now:
         since = created_at
-    return now - since >= rules.run_timeout_seconds
+    return now - since
 
 
 @dataclass
 class Classified:
     to_export: list[RunRow] = field(default_factory=list)
     incomplete: set[int] = field(default_factory=set)
+    # How long each incomplete run waited to finish, in seconds.
+    stuck_seconds: dict[int, float] = field(default_factory=dict)
     # When the first finished-but-unsettled run becomes exportable (Unix time).
     next_settle_at: float | None = None
 
@@ -126,9 +133,10 @@ def classify(
                 checkpoint.pending[run.id] = first_seen
                 ready_at = updated + rules.settle_seconds
                 out.next_settle_at = ready_at if out.next_settle_at is None else min(out.next_settle_at, ready_at)
-        elif timed_out(clock.epoch(run.created_at), first_seen, now, rules):
+        elif timed_out(created := clock.epoch(run.created_at), first_seen, now, rules):
             out.to_export.append(run)
             out.incomplete.add(run.id)
+            out.stuck_seconds[run.id] = waited(created, first_seen, now, rules)
         else:
             checkpoint.pending[run.id] = first_seen
     return out

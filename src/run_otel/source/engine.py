@@ -14,6 +14,7 @@ from sqlalchemy.exc import NoSuchModuleError
 
 from ..config import VERIFYING_TLS_MODES, ConfigError, SourceConfig
 from .errors import SourceError
+from .password_file import read_on_connect
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,8 @@ def make_engine(url: URL, connect_timeout: float = 10.0, source: SourceConfig | 
         raise ConfigError(f"{safe_url(url)}: the driver is not installed (no module {exc.name!r}): {install}") from None
     if url.get_backend_name() == "mysql" and source is not None:
         event.listen(engine, "connect", _session_setup(source))
+        if source.password_file:
+            read_on_connect(engine, source.password_file)
     return engine
 
 

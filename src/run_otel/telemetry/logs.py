@@ -2,7 +2,8 @@
 
 Every record, whatever library wrote it, passes the secret filter: the
 configured secrets (``masking.configured_secrets``) are masked, then the same
-credential rules as exported text apply.
+credential rules as exported text apply. Its message then passes the terminal
+sanitizer (``source/terminal_text.py``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import TextIO
 
 from ..config import LogConfig
 from ..mapping.masking import ScrubbedStream, Scrubber
+from ..source.password_file import on_read as on_password_read
+from ..source.terminal_text import terminal_safe
 
 # APScheduler logs two INFO lines per job run ("Running job", "executed
 # successfully"), even while every poll fails: about 35,000 lines a day.
@@ -30,7 +33,8 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, message (and exception)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        doc = {"time": utc_iso(record.created), "level": record.levelname, "logger": record.name, "message": record.getMessage()}
+        message = terminal_safe(record.getMessage())
+        doc = {"time": utc_iso(record.created), "level": record.levelname, "logger": record.name, "message": message}
         if record.exc_info and not record.exc_text:
             record.exc_text = self.formatException(record.exc_info)
         if record.exc_text:
@@ -44,6 +48,12 @@ class TextFormatter(logging.Formatter):
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
         return utc_iso(record.created)
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        # A value from a row (a status, a run id) may hold a line break or a terminal escape:
+        # one record stays one line, and the operator's terminal is never steered.
+        record.message = terminal_safe(record.message)
+        return super().formatMessage(record)
 
 
 class SecretFilter(logging.Filter):
@@ -87,16 +97,23 @@ def configure_logging(config: LogConfig, scrubber: Scrubber, stream: TextIO | No
     handler.addFilter(secret_filter)
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(config.level)
-    for name, level in _CHATTY.items():
-        logging.getLogger(name).setLevel(max(level, logging.getLogger().level))
+    set_level(config.level)
     return secret_filter
+
+
+def set_level(level: str) -> None:
+    """log.level, at start and on SIGHUP: the root logger, and the chatty libraries no lower."""
+    logging.getLogger().setLevel(level)
+    for name, floor in _CHATTY.items():
+        logging.getLogger(name).setLevel(max(floor, logging.getLogger().level))
 
 
 def scrub_output(scrubber: Scrubber) -> Scrubber:
     """From here on every line the process prints, on stdout or stderr (click, rich,
     tracebacks), passes the same masking as the logs: a receiver or database that
     quotes a configured secret back cannot get it printed."""
+    # A password read again after a rotation is masked as the first one was.
+    on_password_read(scrubber.add_secret)
     sys.stdout = ScrubbedStream(sys.stdout, scrubber)
     sys.stderr = ScrubbedStream(sys.stderr, scrubber)
     return scrubber

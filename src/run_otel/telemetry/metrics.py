@@ -89,6 +89,10 @@ class BridgeMetrics(Recorder):
         self._lock = threading.Lock()
         self.last_poll_ok = False
         self.last_success = 0.0
+        # Unix times of the last acknowledged request and the last failed poll: a long drain behind
+        # a slow receiver is progress, though no poll finishes for minutes.
+        self.last_progress = 0.0
+        self.last_failure = 0.0
         # An HA standby does not poll; it is ready while it can reach the lease.
         self.standby = False
         self.checkpoint_ahead_runs = 0
@@ -188,6 +192,9 @@ class BridgeMetrics(Recorder):
     def export_failed(self) -> None:
         self._get(I.EXPORT_FAILURES).add(1)
 
+    def request_acknowledged(self) -> None:
+        self.last_progress = time.time()
+
     def poll_finished(self, seconds: float, ok: bool, pending: int, oldest_pending: float = 0.0) -> None:
         self._get(I.POLL_DURATION).record(seconds, I.POLL_DURATION.labelled("ok" if ok else "error"))
         with self._lock:
@@ -195,6 +202,8 @@ class BridgeMetrics(Recorder):
             if ok:
                 self.last_success = time.time()
                 self._get(I.LAST_SUCCESS).set(self.last_success)
+            else:
+                self.last_failure = time.time()
             # Set on a failed poll too (the checkpoint's count), so a first deploy that never succeeds shows it.
             self._get(I.PENDING_RUNS).set(pending)
             self._get(I.PENDING_OLDEST).set(oldest_pending)
@@ -277,8 +286,12 @@ def _handler(
     return Handler
 
 
-def readiness(metrics: BridgeMetrics, interval: float, clock: Callable[[], float] = time.time) -> Callable[[], tuple[bool, str]]:
-    """Ready when the last poll succeeded and it was within three poll intervals."""
+def readiness(
+    metrics: BridgeMetrics, interval: float, request_seconds: float, clock: Callable[[], float] = time.time
+) -> Callable[[], tuple[bool, str]]:
+    """Ready unless a poll failed since the last progress, or no poll finished and no request was
+    acknowledged for three poll intervals plus ``request_seconds``, the longest a request may wait
+    for its answer: a backlog drained behind a slow receiver is progress, not a stall."""
 
     def ready() -> tuple[bool, str]:
         if metrics.standby:
@@ -287,12 +300,18 @@ def readiness(metrics: BridgeMetrics, interval: float, clock: Callable[[], float
             return False, f"not ready: the checkpoint is {metrics.checkpoint_ahead_runs} run ids ahead of the source; see the log"
         if metrics.zone_message:
             return False, f"not ready: {metrics.zone_message}"
-        if not metrics.last_poll_ok:
+        now = clock()
+        if metrics.last_poll_ok and now - metrics.last_success <= 3 * interval:
+            return True, "ready"
+        latest = max(metrics.last_success, metrics.last_progress)
+        if not latest or metrics.last_failure > latest:
             return False, "not ready: the last poll failed or none has finished yet"
-        age = clock() - metrics.last_success
-        if age > 3 * interval:
-            return False, f"not ready: last successful poll {age:.0f}s ago"
-        return True, "ready"
+        quiet = now - latest
+        if quiet > 3 * interval + request_seconds:
+            return False, f"not ready: no poll finished and no request was acknowledged for {quiet:.0f}s"
+        if metrics.last_progress >= metrics.last_success:
+            return True, f"ready: a poll is draining; the last request was acknowledged {quiet:.0f}s ago"
+        return True, f"ready: a request is in flight; the last poll finished {quiet:.0f}s ago"
 
     return ready
 

@@ -1,0 +1,160 @@
+"""How a sink reaches its receiver: plaintext or TLS, which CA and client pair, and what a
+transport failure means in words an operator can act on.
+
+The CA and the client pair come from ``export.certificate``, ``export.client_certificate`` and
+``export.client_key`` (``OTEL_EXPORTER_OTLP_{,TRACES_}CERTIFICATE``, ``…CLIENT_CERTIFICATE``,
+``…CLIENT_KEY``), and for the log records from their ``logs_`` twins, which fall back to them.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+from ..config import ExportConfig
+
+# Header names whose value is a credential, as gateways and vendors spell them.
+_CREDENTIAL_WORDS = ("authorization", "auth", "token", "key", "secret", "password", "cookie", "signature")
+
+
+@dataclass(frozen=True)
+class Tls:
+    """PEM file paths; empty: the system's roots, no client certificate."""
+
+    ca: str = ""
+    cert: str = ""
+    key: str = ""
+
+    def read(self) -> tuple[bytes | None, bytes | None, bytes | None]:
+        """The files' bytes for grpc.ssl_channel_credentials (root, private key, chain)."""
+        return _read(self.ca), _read(self.key), _read(self.cert)
+
+    def requests_verify(self) -> str | bool:
+        return self.ca or True
+
+    def requests_cert(self) -> tuple[str, str] | None:
+        return (self.cert, self.key) if self.cert else None
+
+
+def _read(path: str) -> bytes | None:
+    return Path(path).read_bytes() if path else None
+
+
+def traces_tls(export: ExportConfig) -> Tls:
+    return Tls(export.certificate, export.client_certificate, export.client_key)
+
+
+def logs_tls(export: ExportConfig) -> Tls:
+    """The log records' own CA and client pair where set, else the traces'."""
+    pair = (
+        (export.logs_client_certificate, export.logs_client_key)
+        if export.logs_client_certificate
+        else (export.client_certificate, export.client_key)
+    )
+    return Tls(export.logs_certificate or export.certificate, *pair)
+
+
+@dataclass(frozen=True)
+class GrpcTarget:
+    target: str  # host:port, as grpc takes it
+    secure: bool
+
+
+def grpc_target(endpoint: str, export: ExportConfig, tls: Tls) -> GrpcTarget:
+    """``https://`` is TLS and ``http://`` plaintext; without a scheme, TLS unless
+    ``export.insecure``, and always when a CA or client certificate is configured."""
+    parsed = urlparse(endpoint if "://" in endpoint else f"//{endpoint}")
+    target = parsed.netloc or endpoint
+    if parsed.scheme:
+        return GrpcTarget(target, parsed.scheme == "https")
+    return GrpcTarget(target, not export.insecure or bool(tls.ca or tls.cert))
+
+
+def plaintext(endpoint: str, protocol: str, export: ExportConfig, tls: Tls) -> bool:
+    if protocol == "http/protobuf":
+        return urlparse(endpoint).scheme != "https"
+    return not grpc_target(endpoint, export, tls).secure
+
+
+def _host(endpoint: str) -> str:
+    parsed = urlparse(endpoint if "://" in endpoint else f"//{endpoint}")
+    return parsed.hostname or ""
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def credential_headers(headers: dict[str, str]) -> list[str]:
+    return sorted(name for name in headers if any(word in name.lower() for word in _CREDENTIAL_WORDS))
+
+
+def transport_warnings(export: ExportConfig, endpoint: str) -> list[str]:
+    """What ``check`` and the daemon's start warn about: credentials in plaintext beyond this
+    host, and TLS files that the endpoint's scheme leaves unused."""
+    tls = traces_tls(export)
+    found = []
+    clear = plaintext(endpoint, export.protocol, export, tls)
+    host = _host(endpoint)
+    named = credential_headers(export.headers)
+    if clear and named and not is_loopback(host):
+        how = "plain http://" if export.protocol == "http/protobuf" else "gRPC without TLS"
+        found.append(
+            f"export.headers {', '.join(named)} travel over {how} to {host}: anyone on the path can read them; "
+            f"use an https:// endpoint{'' if export.protocol == 'http/protobuf' else ' (or export.insecure = false)'}"
+        )
+    if clear and (tls.ca or tls.cert):
+        found.append(
+            f"export.certificate / export.client_certificate are set, but {endpoint} is plaintext: they are not used; "
+            "use an https:// endpoint"
+        )
+    return found
+
+
+# What a receiver's or the TLS library's words mean, and what to change.
+_TLS_VERIFY = ("certificate_verify_failed", "certificate verify failed")
+_TLS_HANDSHAKE = ("ssl handshake failed", "sslv3_alert", "tlsv1_alert", "tlsv13_alert", "ssl routines", "sslerror")
+_HTTP1 = ("failed parsing http/2", "trying to connect an http1.x server", "http status 400", "http/1.")
+# gRPC's words when a receiver that wants a client certificate hangs up in the handshake.
+_CLOSED = ("socket closed", "connection reset")
+_MTLS = (
+    "if the receiver requires a client certificate (mTLS), set export.client_certificate and export.client_key "
+    "(OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE, …_CLIENT_KEY)"
+)
+
+
+@dataclass(frozen=True)
+class Explained:
+    text: str
+    # The same request meets it again at once: a TLS or protocol mismatch, not a passing outage.
+    permanent: bool = False
+
+
+def explain(reason: str, protocol: str, endpoint: str, tls_without_client: bool = False) -> Explained:
+    """``reason`` with the hint that names the setting to change, when the words say which."""
+    text = reason.lower()
+    if any(word in text for word in _TLS_VERIFY):
+        return Explained(
+            f"TLS verification failed: the receiver's certificate is not signed by a CA this host trusts ({reason}); "
+            "set export.certificate (OTEL_EXPORTER_OTLP_CERTIFICATE) to the PEM of the CA that signed it",
+            permanent=True,
+        )
+    if any(word in text for word in _TLS_HANDSHAKE):
+        return Explained(f"TLS handshake refused ({reason}); {_MTLS}", permanent=True)
+    if protocol == "grpc" and any(word in text for word in _HTTP1):
+        return Explained(
+            f'{endpoint} answers HTTP/1.1, not gRPC ({reason}): set export.protocol = "http/protobuf" for an OTLP/HTTP '
+            "port (4318), or point export.endpoint at the receiver's gRPC port (4317)",
+            permanent=True,
+        )
+    if tls_without_client and any(word in text for word in _CLOSED):
+        # Also what a receiver restarting looks like: said, and retried.
+        return Explained(f"{reason}; the receiver closed the TLS connection: {_MTLS}")
+    return Explained(reason)

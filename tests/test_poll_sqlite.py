@@ -1,0 +1,126 @@
+"""The poll on SQLite, in the fast loop: what it says about the runs it sends.
+
+The end-to-end tests hold the same poll against MariaDB and a real receiver; these catch a break
+in the poll itself within a minute.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import insert
+from sqlalchemy.engine import make_url
+
+from run_otel.config import build_config
+from run_otel.export.sinks import JsonFileSink
+from run_otel.factory import build_parts, build_poller
+from run_otel.source.engine import make_engine
+from run_otel.source.schema import diagnosis_run, metadata
+
+NOW = float(int(time.time()))  # whole seconds, as a DATETIME column keeps them
+
+
+def _naive(seconds_ago: float) -> datetime:
+    return datetime.fromtimestamp(NOW - seconds_ago, UTC).replace(tzinfo=None, microsecond=0)
+
+
+def _agent_db(tmp_path, runs: list[tuple[str, str, float]]):
+    """``runs`` as (run_id, status, seconds since it was created), in id order."""
+    engine = make_engine(make_url(f"sqlite:///{tmp_path / 'agent.db'}"))
+    metadata.create_all(engine)
+    with engine.begin() as conn:
+        for run_id, status, age in runs:
+            conn.execute(
+                insert(diagnosis_run).values(
+                    run_id=run_id,
+                    session_id="s",
+                    query="q",
+                    status=status,
+                    created_at=_naive(age),
+                    updated_at=_naive(age) + timedelta(seconds=1),
+                )
+            )
+    return engine
+
+
+def _config(tmp_path, **poll):
+    return build_config(
+        {
+            "source": {"url": f"sqlite:///{tmp_path / 'agent.db'}"},
+            "state": {"url": f"sqlite:///{tmp_path / 'state.db'}"},
+            "poll": {"start_from": "beginning", "settle_seconds": 0, **poll},
+        }
+    )
+
+
+def test_a_run_sent_as_incomplete_is_one_warning_naming_it_and_how_long_it_was_stuck(tmp_path, caplog):
+    _agent_db(tmp_path, [("run-done", "SUCCESS", 7200), ("run-stuck", "RUNNING", 7200), ("run-young", "RUNNING", 5)])
+    config = _config(tmp_path, run_timeout_seconds=3600)
+    with build_parts(config, sink=JsonFileSink(tmp_path / "out.jsonl")) as parts, caplog.at_level(logging.WARNING):
+        result = build_poller(parts, clock=lambda: NOW).poll()
+    assert result.run_count == 2  # precondition: the stuck run went out, beside the finished one
+    lines = [r.getMessage() for r in caplog.records if "sent as incomplete" in r.getMessage()]
+    assert lines == [
+        "run run-stuck sent as incomplete: status RUNNING, not finished after 7200s (poll.run_timeout_seconds = 3600)"
+    ]
+
+
+def _add_finished(engine, run_ids: list[str]) -> None:
+    with engine.begin() as conn:
+        for run_id in run_ids:
+            conn.execute(
+                insert(diagnosis_run).values(
+                    run_id=run_id, session_id="s", query="q", status="SUCCESS", created_at=_naive(60), updated_at=_naive(59)
+                )
+            )
+
+
+def _sent_run_ids(path) -> list[str]:
+    import json
+
+    return [
+        attribute["value"]["stringValue"]
+        for line in path.read_text().splitlines()
+        for resource in json.loads(line)["resourceSpans"]
+        for scope in resource["scopeSpans"]
+        for span in scope["spans"]
+        for attribute in span["attributes"]
+        if attribute["key"] == "diagnosis.run.id"
+    ]
+
+
+def test_a_checkpoint_that_cannot_be_saved_fails_the_poll_and_its_runs_are_sent_again(tmp_path):
+    import pytest
+    from sqlalchemy import text
+
+    from run_otel.pipeline.checkpoint import CheckpointError
+
+    agent = _agent_db(tmp_path, [("run-1", "SUCCESS", 60), ("run-2", "SUCCESS", 60)])
+    out = tmp_path / "out.jsonl"
+    with build_parts(_config(tmp_path), sink=JsonFileSink(out)) as parts:
+        poller = build_poller(parts, clock=lambda: NOW)
+        poller.poll()
+        assert parts.store.load().high_water == 2  # precondition: saved
+        _add_finished(agent, ["run-3", "run-4"])
+        # The store still reads, but refuses every write (a full disk, a revoked grant).
+        state = make_engine(make_url(f"sqlite:///{tmp_path / 'state.db'}"))
+        with state.begin() as conn:
+            for event in ("UPDATE", "INSERT"):
+                conn.execute(
+                    text(
+                        f"CREATE TRIGGER refuse_{event.lower()} BEFORE {event} ON run_otel_checkpoint "
+                        "BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END"
+                    )
+                )
+        with pytest.raises(CheckpointError, match="cannot save the checkpoint: .*database or disk is full"):
+            poller.poll()
+        assert parts.store.load().high_water == 2  # load still works, and the checkpoint did not move
+        with state.begin() as conn:
+            conn.execute(text("DROP TRIGGER refuse_update"))
+            conn.execute(text("DROP TRIGGER refuse_insert"))
+        poller.poll()
+        assert parts.store.load().high_water == 4
+    # At least once: the batch whose checkpoint was refused goes out again.
+    assert _sent_run_ids(out) == ["run-1", "run-2", "run-3", "run-4", "run-3", "run-4"]
