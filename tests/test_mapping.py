@@ -622,10 +622,10 @@ def test_a_rating_given_later_lies_inside_the_runs_own_window_with_its_real_time
     root = mapper_for(config).map_run(run, [make_tool(1)]).root
     rated = datetime(2026, 1, 1, 0, 24, 0)  # 24 minutes after the run
     row = FeedbackRow(run.id, run.run_id, "DIAGNOSIS", "UP", rated, run.created_at, run.total_duration_ms)
-    span = Evaluations(config.feedback, clock).span(row, previous=None)
+    span = Evaluations(config.feedback, clock).span(row)
     assert root.start_ns <= span.start_ns <= span.end_ns == root.end_ns  # the trace keeps the run's extent
     assert span.end_ns - span.start_ns == 1_000  # its last microsecond
     assert span.attribute_map()["diagnosis.feedback.rated_at"].startswith("2026-01-01T00:24:00")
     # Without a duration the run's end is unknown now: zero-length at its start, never at the rating.
-    bare = Evaluations(config.feedback, clock).span(row._replace(total_duration_ms=None), previous=None)
+    bare = Evaluations(config.feedback, clock).span(row._replace(total_duration_ms=None))
     assert bare.start_ns == bare.end_ns == root.start_ns

@@ -384,7 +384,8 @@ def _runs_counted(series: dict) -> float:
 
 def test_the_history_and_the_daemon_count_each_run_once_across_the_cutover(tmp_path, receiver):
     """The procedure of docs/operations.md: the daemon starts with no checkpoint (start_from = "now"),
-    the backfill's history ends at its start. A run in flight at the start is the history's only."""
+    the backfill's history ends at its start. A run in flight at the start is the daemon's: it takes
+    it over, and the history, reading the daemon's checkpoint, leaves it out."""
     from click.testing import CliRunner
     from sqlalchemy import text
     from sqlalchemy.engine import make_url
@@ -414,7 +415,7 @@ def test_the_history_and_the_daemon_count_each_run_once_across_the_cutover(tmp_p
     metrics = build_metrics(config)
     with build_parts(config, recorder=metrics) as parts:
         poller = build_poller(parts)
-        assert poller.poll().pending == 0  # the run in flight is not the daemon's
+        assert poller.poll().pending == 1  # the run in flight is taken over: the daemon's
         engine = make_engine(make_url(url))
         with engine.begin() as conn:  # it finishes after T0; two new runs come in
             conn.execute(
@@ -432,8 +433,9 @@ def test_the_history_and_the_daemon_count_each_run_once_across_the_cutover(tmp_p
     assert result.exit_code == 0, result.output
     history = _runs_counted({key: points[-1][1] for key, points in samples(out.read_text()).items()})
 
-    # 20 old runs and the one in flight in the history, the 2 new ones live: 23 runs, each once.
-    assert (history, live) == (21, 2)
+    assert "1 run(s) left out, counted by the daemon" in result.output
+    # 20 old runs in the history; the one in flight and the 2 new ones live: 23 runs, each once.
+    assert (history, live) == (20, 3)
 
 
 def test_the_tee_passes_every_recorder_call_to_each_recorder():

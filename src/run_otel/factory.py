@@ -26,7 +26,7 @@ from .mapping.evaluation import Evaluations
 from .mapping.masking import configured_secrets
 from .mapping.spans import Mapper
 from .pipeline.backfill_pass import BackfillPass
-from .pipeline.checkpoint import CheckpointStore
+from .pipeline.checkpoint import CheckpointError, CheckpointStore
 from .pipeline.feedback import FeedbackPass, FeedbackSender
 from .pipeline.late_rows import LatePass
 from .pipeline.lease import MySqlLease
@@ -42,6 +42,7 @@ from .source.reader import Source
 if TYPE_CHECKING:
     from .export.phoenix import PhoenixAnnotations
     from .pipeline.backfill import Window
+    from .source.rows import RunRow
     from .telemetry.history import MetricsHistory
     from .telemetry.metrics import BridgeMetrics, HealthServer
 
@@ -249,7 +250,6 @@ def build_history(config: Config, window: Window, step: int, now: float | None =
     start to its end (or now), each run counted after its ``updated_at`` in the source's zone."""
     import time
 
-    from .source.rows import RunRow
     from .telemetry.history import Grid, HistoryWindowError, MetricsHistory
 
     if window.since is None:
@@ -264,7 +264,26 @@ def build_history(config: Config, window: Window, step: int, now: float | None =
         return clock.epoch(run.updated_at) or clock.epoch(run.created_at)
 
     feedback = config.feedback
-    return MetricsHistory(Grid.covering(start, end, step), finished_at, feedback.label_of if feedback.enabled else None)
+    label_of = feedback.label_of if feedback.enabled else None
+    return MetricsHistory(Grid.covering(start, end, step), finished_at, label_of, daemon_counted(config))
+
+
+def daemon_counted(config: Config) -> Callable[[RunRow], bool] | None:
+    """The runs the daemon's live metrics count, from its checkpoint (read only): those above its
+    first start's mark and those it took over in flight. None before the daemon's first start,
+    or for a checkpoint saved before the mark was kept."""
+    try:
+        store = build_store(config, create=False)
+    except CheckpointError:
+        return None
+    try:
+        checkpoint = store.load()
+    finally:
+        store.close()
+    if checkpoint is None or not checkpoint.start_mark:
+        return None
+    mark, taken_over = checkpoint.start_mark, frozenset(checkpoint.taken_over)
+    return lambda run: run.id > mark or run.id in taken_over
 
 
 def start_metrics(config: Config, alive: Check | None = None) -> tuple[BridgeMetrics | None, HealthServer | None]:

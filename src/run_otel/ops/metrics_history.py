@@ -56,13 +56,20 @@ class Written:
     grid: Grid
     bytes: int
     seconds: float
+    left_to_daemon: int = 0
 
     def describe(self) -> str:
         first, last = (datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S") for t in (self.grid.first, self.grid.last))
         return (
             f"metrics: {self.series} series x {self.grid.steps + 1} samples, {first} to {last} UTC "
             f"({self.bytes / 1e6:,.1f} MB, {self.seconds:.1f}s) in {self.path}\n"
-            f"metrics: the daemon's own samples for these job and instance labels must start after {last} UTC; "
+            + (
+                f"metrics: {self.left_to_daemon} run(s) left out, counted by the daemon (above its first start's mark, "
+                "or taken over in flight)\n"
+                if self.left_to_daemon
+                else ""
+            )
+            + f"metrics: the daemon's own samples for these job and instance labels must start after {last} UTC; "
             f"import: promtool tsdb create-blocks-from openmetrics {self.path} DIR (docs/operations.md#metrics-history)"
         )
 
@@ -82,4 +89,5 @@ def write_history(history: MetricsHistory, request: MetricsRequest, progress: Pr
         except OSError:
             partial.unlink(missing_ok=True)  # half a history would import as a drop in traffic
             raise
-    return Written(request.path, series, history.grid, request.path.stat().st_size, time.monotonic() - started)
+    size, seconds = request.path.stat().st_size, time.monotonic() - started
+    return Written(request.path, series, history.grid, size, seconds, history.left_to_daemon)

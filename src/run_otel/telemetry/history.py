@@ -94,10 +94,19 @@ class HistogramChanges:
 class MetricsHistory(Recorder):
     """Hears the runs a backfill exports and keeps each series' changes on the grid."""
 
-    def __init__(self, grid: Grid, finished_at: Callable[[RunRow], float | None], feedback_label: FeedbackLabel):
+    def __init__(
+        self,
+        grid: Grid,
+        finished_at: Callable[[RunRow], float | None],
+        feedback_label: FeedbackLabel,
+        daemon_counts: Callable[[RunRow], bool] | None = None,
+    ):
         self.grid = grid
         self._finished_at = finished_at
         self._feedback_label = feedback_label
+        # The runs the daemon's live metrics count: left out here, so no run is counted twice.
+        self._daemon_counts = daemon_counts
+        self.left_to_daemon = 0
         self.counters: dict[SeriesKey, CounterChanges] = {}
         self.histograms: dict[SeriesKey, HistogramChanges] = {}
         self.runs = 0
@@ -106,6 +115,9 @@ class MetricsHistory(Recorder):
 
     def runs_exported(self, result: PollResult, acked_at: float) -> None:
         for exported in result.runs:
+            if self._daemon_counts is not None and self._daemon_counts(exported.run):
+                self.left_to_daemon += 1
+                continue
             moment = self._finished_at(exported.run)
             step = self.grid.steps if moment is None else self.grid.index(moment)
             at = float(self.grid.first + step * self.grid.step) if moment is None else moment
