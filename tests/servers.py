@@ -325,12 +325,7 @@ class RefusingHttpReceiver:
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 body = f"401 Unauthorized: bad credentials {self.headers.get('Authorization')!r}"
                 quoted.append(body)
-                data = body.encode()
-                self.send_response(401)
-                self.send_header("Content-Type", "text/plain")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                answer(self, 401, "text/plain", body.encode())
 
             def log_message(self, *args):
                 pass
@@ -346,6 +341,15 @@ class RefusingHttpReceiver:
     @property
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+
+def answer(handler: BaseHTTPRequestHandler, status: int, content_type: str, data: bytes) -> None:
+    """One whole HTTP/1.1 reply, its length given, so the connection can be kept."""
+    handler.send_response(status)
+    handler.send_header("Content-Type", content_type)
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
 
 
 class HttpReceiver:
@@ -366,12 +370,7 @@ class HttpReceiver:
 
             def do_POST(self):
                 bodies.append(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
-                data = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                answer(self, 200, "application/x-protobuf", trace_service_pb2.ExportTraceServiceResponse().SerializeToString())
 
             def log_message(self, *args):
                 pass

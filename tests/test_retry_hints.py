@@ -11,7 +11,7 @@ import grpc
 from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
-from servers import free_port
+from servers import answer, free_port
 
 from run_otel.config import build_config
 from run_otel.factory import build_sink
@@ -67,12 +67,7 @@ def test_http_retry_after_sets_the_wait(caplog):
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
-            body = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/x-protobuf")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            answer(self, 200, "application/x-protobuf", trace_service_pb2.ExportTraceServiceResponse().SerializeToString())
 
         def log_message(self, *_args):
             pass
