@@ -156,6 +156,18 @@ def test_an_environment_override_of_a_file_key_is_said(tmp_path):
     assert overridden_file_keys(path, env) == [f"RUN_OTEL_STATE__URL overrides state.url set in {path}"]
 
 
+def test_a_standard_otel_variable_over_a_file_key_is_said_too(tmp_path):
+    """An OTel operator injects OTEL_EXPORTER_OTLP_ENDPOINT into every pod: it beats the file's
+    endpoint, and says so; one the file leaves unset is a default, said nothing of."""
+    path = tmp_path / "c.toml"
+    path.write_text('[export]\nendpoint = "collector.internal:4317"\n')
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://elsewhere:4317", "OTEL_SERVICE_NAME": "agent"}
+    assert load_config(path, env).export.endpoint == "http://elsewhere:4317"
+    assert overridden_file_keys(path, env) == [f"OTEL_EXPORTER_OTLP_ENDPOINT overrides export.endpoint set in {path}"]
+    env["RUN_OTEL_EXPORT__ENDPOINT"] = "collector.internal:4317"  # the last word, named as such
+    assert overridden_file_keys(path, env) == [f"RUN_OTEL_EXPORT__ENDPOINT overrides export.endpoint set in {path}"]
+
+
 def test_help_loads_no_database_driver_exporter_or_terminal_library():
     """`run-otel --help` imports click and the command modules only: each command imports what it
     runs on when it runs. (Its time is a benchmark figure, not asserted here.)"""
@@ -171,3 +183,18 @@ def test_help_loads_no_database_driver_exporter_or_terminal_library():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("until", ["2020-01-01", "2020-01-01 10:00"])
+def test_backfill_compares_a_duration_with_a_date_in_the_source_zone(tmp_path, until):
+    """`--since 30d --until "<date>"` is the docs' own example: one bound aware, the other naive."""
+    from click.testing import CliRunner
+
+    from run_otel.cli.main import cli
+
+    config = tmp_path / "run-otel.toml"
+    config.write_text(f'[source]\nurl = "sqlite:///{tmp_path / "agent.db"}"\ntimezone = "Asia/Shanghai"\n')
+    done = CliRunner().invoke(cli, ["backfill", "--config", str(config), "--since", "1d", "--until", until])
+    assert done.exit_code == 2, done.output
+    assert "must be after --since" in done.output and "in source.timezone" in done.output
+    assert done.exception is None or isinstance(done.exception, SystemExit)

@@ -68,6 +68,23 @@ def otel_environment(env: Mapping[str, str], error: type[Exception] = ValueError
     return out
 
 
+def otel_variables(env: Mapping[str, str]) -> dict[tuple[str, str], str]:
+    """(section, key) -> the OTEL_* variable set in ``env`` that sets it, as otel_environment reads them."""
+    found: dict[tuple[str, str], str] = {}
+    if env.get(GENAI_CAPTURE_CONTENT, "").strip():
+        found[("content", "capture")] = GENAI_CAPTURE_CONTENT
+    for key, names in _EXPORT_KEYS.items():
+        name = next((n for n in names if env.get(n)), None)
+        if name is not None:
+            found[("export", key)] = name
+    if env.get(V.OTEL_SERVICE_NAME):
+        found[("service", "name")] = V.OTEL_SERVICE_NAME
+    name = next((n for n in _VALUE_LENGTH if env.get(n)), None)
+    if name is not None:
+        found[("trace", "max_attribute_length")] = name
+    return found
+
+
 def _value(key: str, name: str, text: str, error: type[Exception]) -> Any:
     if key == "headers":
         return parse_env_headers(text, liberal=True)

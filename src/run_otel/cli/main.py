@@ -143,22 +143,23 @@ def backfill(
     the window are sent. Probes assume ids grow with created_at; when they do
     not (after an import), backfill says so and names --full-scan and
     --from-id/--to-id, which read a whole id range and are always complete.
-    The daemon's checkpoint is neither read nor moved, so a backfill can run
-    beside `run-otel run`; runs exported by both arrive twice, byte-identical.
+    The daemon's checkpoint is never moved, so a backfill can run beside
+    `run-otel run`; runs exported by both arrive twice, byte-identical.
     With --workers N, N processes share the range (about N times as fast on N
     free cores); on a stop, the resume line starts at the first id left unsent.
     With --metrics-out FILE, the runs' metrics are also written as a scrape
-    would have seen them, for `promtool tsdb create-blocks-from openmetrics`.
+    would have seen them, for `promtool tsdb create-blocks-from openmetrics`;
+    the runs the daemon counts (read from its checkpoint) are left out.
     """
     if since is None and from_id is None and not full_scan:
         raise click.UsageError("give --since, --from-id or --full-scan")
-    if since and until and until <= since:
-        raise click.UsageError(f"--until ({until}) must be after --since ({since})")
     for flag, given in (("--with-metrics", with_metrics), ("--metrics-out", metrics_out)):
         if given and workers > 1:
             raise click.UsageError(f"{flag} counts the runs in one process: use it with --workers 1")
     if metrics_out and since is None:
         raise click.UsageError("--metrics-out needs --since: the history starts there")
+    if since and until and (since.tzinfo is None) == (until.tzinfo is None) and until <= since:
+        raise click.UsageError(f"--until ({until}) must be after --since ({since})")
     if from_id and to_id and to_id < from_id:
         raise click.UsageError(f"--to-id ({to_id}) must not be below --from-id ({from_id})")
     from ..pipeline.backfill import Window
@@ -167,6 +168,9 @@ def backfill(
     config = load(config_path, shard)
     clock = SourceClock(config.source.timezone)
     window = Window(since and clock.naive(since), until and clock.naive(until))
+    # Compared in the source's zone: one of them may be a duration ago (aware), the other a date (naive).
+    if window.since and window.until and window.until <= window.since:
+        raise click.UsageError(f"--until ({window.until}) must be after --since ({window.since}), in source.timezone")
     guarded(lambda: backfill_and_report(config, window, (from_id, to_id, full_scan), with_metrics, workers, metrics_out))
 
 

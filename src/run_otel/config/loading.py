@@ -19,7 +19,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from sqlalchemy.engine import make_url
 
-from ..otel_env import otel_environment
+from ..otel_env import otel_environment, otel_variables
 from .sections import (
     CONFIG_ENV,
     DEFAULT_THRESHOLDS,
@@ -92,8 +92,9 @@ def load_config(path: str | os.PathLike | None = None, environ: Mapping[str, str
 
 
 def overridden_file_keys(path: str | os.PathLike | None, environ: Mapping[str, str] | None = None) -> list[str]:
-    """Lines naming each key the file sets and a RUN_OTEL_* variable overrides, so
-    that precedence is visible (an image's ENV silently beating a mounted file)."""
+    """Lines naming each key the file sets and an OTEL_* or RUN_OTEL_* variable overrides, so
+    that precedence is visible (an image's ENV or an operator's injected OTEL_* silently
+    beating a mounted file)."""
     env = os.environ if environ is None else environ
     path = path or env.get(CONFIG_ENV) or None
     if not path:
@@ -101,7 +102,7 @@ def overridden_file_keys(path: str | os.PathLike | None, environ: Mapping[str, s
     raw = _read_toml(Path(path))
     return [
         f"{name} overrides {section}.{key} set in {path}"
-        for (section, key), name in _run_otel_variables(env).items()
+        for (section, key), name in {**otel_variables(env), **_run_otel_variables(env)}.items()
         if isinstance(raw.get(section), Mapping) and key in raw[section]
     ]
 
