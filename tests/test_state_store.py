@@ -60,6 +60,9 @@ def test_a_forward_rewind_says_what_it_skips(agent_db, otlp, tmp_path):
     add_finished_runs(agent_db, 3)
     config = config_file(agent_db, tmp_path, otlp)
     assert run_cli("once", "--config", config).returncode == 0
+    add_finished_runs(agent_db, 5)  # ids 4..8, not polled yet
+    past = run_cli("rewind", "--config", config, "--to-id", "10", "--yes")
+    assert past.returncode != 0 and "run id 10 is past the newest run id 8" in past.stderr, past.stderr
     forward = run_cli("rewind", "--config", config, "--to-id", "8", "--yes")
     assert forward.returncode == 0, forward.stderr
     assert "moved default forward" in forward.stdout and "Run ids 4..7 are skipped" in forward.stdout

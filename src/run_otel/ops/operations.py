@@ -171,8 +171,17 @@ def _rewind(store: CheckpointStore, source: Source, first: int | datetime, confi
     if current is None:
         raise Refused(f"no checkpoint for {store.name} in {store.describe()}: set poll.start_from instead")
     first_id = first if isinstance(first, int) else source.first_id_created_at_or_after(source.clock.naive(first))
+    newest = source.max_run_id()
+    if first_id - 1 > max(newest, current.high_water):
+        # Past every run written: each run the agent writes until then would be skipped, never sent.
+        raise Refused(f"run id {first_id} is past the newest run id {newest}: the runs written until then would be skipped")
+    skipped = first_id - 1 - current.high_water
+    if skipped > 0:
+        direction = f"forward, skipping {skipped} run id(s) that are then never exported,"
+    else:
+        direction = "back" if skipped < 0 else "nowhere"
     if not confirm(
-        f"move {store.name} in {store.describe()} from high-water id {current.high_water} so the next poll "
+        f"move {store.name} in {store.describe()} {direction} from high-water id {current.high_water} so the next poll "
         f"exports from run id {first_id}?"
     ):
         return None
