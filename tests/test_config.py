@@ -198,3 +198,10 @@ def test_backfill_compares_a_duration_with_a_date_in_the_source_zone(tmp_path, u
     assert done.exit_code == 2, done.output
     assert "must be after --since" in done.output and "in source.timezone" in done.output
     assert done.exception is None or isinstance(done.exception, SystemExit)
+
+
+def test_an_otlp_http_endpoint_without_a_scheme_is_a_config_error():
+    with pytest.raises(ConfigError, match=r"export.endpoint '127.0.0.1:4318' has no scheme: .* http://127.0.0.1:4318"):
+        build_config({"export": {"protocol": "http/protobuf", "endpoint": "127.0.0.1:4318"}})
+    assert build_config({"export": {"protocol": "grpc", "endpoint": "127.0.0.1:4317"}}).export.endpoint == "127.0.0.1:4317"
+    assert build_config({"export": {"protocol": "http/protobuf", "endpoint": "https://c:4318"}}).export.protocol

@@ -273,6 +273,7 @@ def _validate(config: Config) -> None:
     _validate_tls(config.source)
     _validate_generate(config)
     _validate_export_tls(config.export)
+    _validate_http_endpoint(config.export)
     for section in ("source", "state"):
         try:
             make_url(getattr(config, section).url)
@@ -303,6 +304,16 @@ def _validate_tls(source: SourceConfig) -> None:
     if source.tls_cert and source.tls_mode in ("disabled", "preferred"):
         raise ConfigError(
             f"source.tls_cert needs source.tls_mode required, verify_ca or verify_identity, not {source.tls_mode!r}"
+        )
+
+
+def _validate_http_endpoint(export: ExportConfig) -> None:
+    # OTLP/HTTP's endpoint is a URL; without a scheme the HTTP client's only word is "InvalidSchema".
+    endpoint = export.endpoint
+    if export.protocol == "http/protobuf" and endpoint and not endpoint.startswith(("http://", "https://")):
+        raise ConfigError(
+            f'export.endpoint {endpoint!r} has no scheme: with export.protocol = "http/protobuf" it is a URL, '
+            f"such as http://{endpoint} (https:// with TLS)"
         )
 
 
