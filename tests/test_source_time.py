@@ -59,7 +59,7 @@ def test_a_wrong_timezone_keeps_a_gauge_and_readiness_telling_and_holds_no_run_f
     assert first.run_count + second.run_count == len(run_ids)  # settled from when they were seen
     (suspect,) = points(reader, I.ZONE_SUSPECT)
     assert suspect.value == 1
-    ready, why = readiness(metrics, config.poll.interval_seconds)()
+    ready, why = readiness(metrics, config.poll.interval_seconds, config.export.max_timeout_seconds)()
     assert not ready and "source.timezone = 'UTC' looks wrong" in why and "Asia/Shanghai" in why, why
     metrics.shutdown()
 
