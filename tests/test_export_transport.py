@@ -154,6 +154,32 @@ def test_the_hints_name_the_setting_to_change():
     http1 = explain("UNAVAILABLE: Trying to connect an http1.x server (HTTP status 400)", "grpc", "h:4318")
     assert 'export.protocol = "http/protobuf"' in http1.text and http1.permanent
     assert explain("UNAVAILABLE: Connection refused", "grpc", "h:4317") == Explained("UNAVAILABLE: Connection refused")
+    h2 = explain("ConnectionError: BadStatusLine: the answer is not HTTP/1.1 but HTTP/2 frames", "http/protobuf", "u")
+    assert 'export.protocol = "grpc"' in h2.text and h2.permanent
+    reset = explain("ConnectionError: ('Connection aborted.', ConnectionResetError(104, 'reset'))", "http/protobuf", "u")
+    assert 'if u is a gRPC port: set export.protocol = "grpc"' in reset.text and not reset.permanent
+
+
+@pytest.mark.server
+def test_an_otlp_http_export_to_a_grpc_port_names_the_protocol_and_writes_no_frame_bytes():
+    from servers import Receiver
+
+    from run_otel.export.sinks import ExportError, HttpSink
+
+    receiver = Receiver()
+    receiver.start()
+    try:
+        export = build_config({"export": {"protocol": "http/protobuf", "endpoint": f"http://{receiver.endpoint}"}}).export
+        sink = HttpSink(export)
+        with pytest.raises(ExportError) as failed:
+            sink.send(b"")
+        sink.close()
+    finally:
+        receiver.stop()
+    text = str(failed.value)
+    assert "answers gRPC, not OTLP/HTTP" in text and 'export.protocol = "grpc"' in text, text
+    assert "\\x00" not in text and "\x00" not in text
+    assert not receiver.spans()  # nothing reached it as a trace
 
 
 # -- readiness while a backlog drains ------------------------------------------------------------

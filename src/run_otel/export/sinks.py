@@ -255,7 +255,10 @@ class HttpSink:
                 raise _Retryable("ConnectTimeout") from None
             raise _Retryable(f"{type(exc).__name__}: {self._deadline.exceeded(deadline)}") from None
         except self._requests.RequestException as exc:
-            raise _Retryable(type(exc).__name__) from None
+            reason = explain(_request_failure(exc), "http/protobuf", self._url)
+            if reason.permanent:
+                raise ExportError(f"{self.describe()}: {reason.text}") from None
+            raise _Retryable(reason.text) from None
         self._deadline.answered(time.monotonic() - started)
         if response.status_code == 413:
             raise TooLarge(f"{self.describe()}: HTTP 413 {response.text[:200]}")
@@ -278,6 +281,14 @@ def _innermost(exc: BaseException) -> str:
         exc = exc.args[0]
     inner = getattr(exc, "reason", None)
     return str(inner if isinstance(inner, BaseException) else exc)
+
+
+def _request_failure(exc: BaseException) -> str:
+    inner = _innermost(exc)
+    if "BadStatusLine" in inner:
+        # The answer's first bytes, binary when they are an HTTP/2 frame: named, never written out.
+        inner = "BadStatusLine: the answer is not HTTP/1.1" + (" but HTTP/2 frames" if "\\x00" in inner else "")
+    return f"{type(exc).__name__}: {inner}"
 
 
 def _probe(send_once: Callable[[bytes], Ack], describe: str) -> None:

@@ -122,6 +122,12 @@ def transport_warnings(export: ExportConfig, endpoint: str) -> list[str]:
 _TLS_VERIFY = ("certificate_verify_failed", "certificate verify failed")
 _TLS_HANDSHAKE = ("ssl handshake failed", "sslv3_alert", "tlsv1_alert", "tlsv13_alert", "ssl routines", "sslerror")
 _HTTP1 = ("failed parsing http/2", "trying to connect an http1.x server", "http status 400", "http/1.")
+# An OTLP/HTTP request to a gRPC port: answered with HTTP/2 frames, or the connection dropped.
+_H2_ANSWER = "but http/2 frames"
+_DROPPED = ("connection reset", "connection aborted")
+_GRPC_PORT = (
+    'set export.protocol = "grpc" for an OTLP/gRPC port (4317), or point export.endpoint at the receiver\'s OTLP/HTTP port (4318)'
+)
 # gRPC's words when a receiver that wants a client certificate hangs up in the handshake.
 _CLOSED = ("socket closed", "connection reset")
 _MTLS = (
@@ -154,6 +160,11 @@ def explain(reason: str, protocol: str, endpoint: str, tls_without_client: bool 
             "port (4318), or point export.endpoint at the receiver's gRPC port (4317)",
             permanent=True,
         )
+    if protocol == "http/protobuf" and _H2_ANSWER in text:
+        return Explained(f"{endpoint} answers gRPC, not OTLP/HTTP ({reason}): {_GRPC_PORT}", permanent=True)
+    if protocol == "http/protobuf" and any(word in text for word in _DROPPED):
+        # Also what a receiver restarting looks like: said, and retried.
+        return Explained(f"{reason}; if {endpoint} is a gRPC port: {_GRPC_PORT}")
     if tls_without_client and any(word in text for word in _CLOSED):
         # Also what a receiver restarting looks like: said, and retried.
         return Explained(f"{reason}; the receiver closed the TLS connection: {_MTLS}")
