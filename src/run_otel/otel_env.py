@@ -46,25 +46,10 @@ _CAPTURE_MODES = {
 
 
 def otel_environment(env: Mapping[str, str], error: type[Exception] = ValueError) -> dict[str, dict[str, Any]]:
+    """The run-otel keys the OTEL_* variables in ``env`` set, as {section: {key: value}}."""
     out: dict[str, dict[str, Any]] = {}
-    capture = env.get(GENAI_CAPTURE_CONTENT, "").strip()
-    if capture:
-        if capture.lower() not in _CAPTURE_MODES:
-            raise error(f"{GENAI_CAPTURE_CONTENT} must be one of {', '.join(_CAPTURE_MODES)}, got {capture!r}")
-        out["content"] = {"capture": _CAPTURE_MODES[capture.lower()]}
-    for key, names in _EXPORT_KEYS.items():
-        name = next((n for n in names if env.get(n)), None)
-        if name is not None:
-            out.setdefault("export", {})[key] = _value(key, name, env[name], error)
-    if env.get(V.OTEL_SERVICE_NAME):
-        out["service"] = {"name": env[V.OTEL_SERVICE_NAME]}
-    # The SDK's attribute value limit, as trace.max_attribute_length.
-    name = next((n for n in _VALUE_LENGTH if env.get(n)), None)
-    if name is not None:
-        try:
-            out["trace"] = {"max_attribute_length": int(env[name])}
-        except ValueError:
-            raise error(f"{name} must be a whole number of characters, got {env[name]!r}") from None
+    for (section, key), name in otel_variables(env).items():
+        out.setdefault(section, {})[key] = _value(key, name, env[name], error)
     return out
 
 
@@ -86,6 +71,16 @@ def otel_variables(env: Mapping[str, str]) -> dict[tuple[str, str], str]:
 
 
 def _value(key: str, name: str, text: str, error: type[Exception]) -> Any:
+    if key == "capture":
+        mode = text.strip().lower()
+        if mode not in _CAPTURE_MODES:
+            raise error(f"{name} must be one of {', '.join(_CAPTURE_MODES)}, got {text.strip()!r}")
+        return _CAPTURE_MODES[mode]
+    if key == "max_attribute_length":  # the SDK's attribute value limit
+        try:
+            return int(text)
+        except ValueError:
+            raise error(f"{name} must be a whole number of characters, got {text!r}") from None
     if key == "headers":
         return parse_env_headers(text, liberal=True)
     if key == "insecure":
