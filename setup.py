@@ -23,8 +23,10 @@ COMPILED = [
     "run_otel/mapping/attributes.py",
     "run_otel/mapping/limits.py",
     "run_otel/mapping/documents.py",
+    "run_otel/mapping/span_out.py",
     "run_otel/mapping/spans.py",
     "run_otel/export/encoding.py",
+    "run_otel/export/wire.py",
 ]
 
 

@@ -18,6 +18,8 @@ from helpers import (
 from servers import wait_for
 
 from run_otel.config import build_config
+from run_otel.export.encoding import FastEncoder
+from run_otel.export.wire import RunEncoder
 from run_otel.factory import build_mapper, build_parts, build_poller
 from run_otel.pipeline.results import Recorder
 from run_otel.pipeline.run_export import RunExporter
@@ -127,7 +129,8 @@ def _exporter(recorder: Recorder) -> RunExporter:
     clock = SourceClock("UTC")
     # Only the mapping runs here: the exporter reads nothing and sends nothing, it needs the source's clock alone.
     source = SimpleNamespace(clock=clock)
-    return RunExporter(source, build_mapper(config, clock), None, recorder)  # type: ignore[arg-type]
+    runs = RunEncoder(build_mapper(config, clock), FastEncoder({}))
+    return RunExporter(source, runs, None, recorder)  # type: ignore[arg-type]
 
 
 def _rows(*durations) -> tuple[RunRow, list[ToolRow]]:
@@ -146,7 +149,7 @@ def test_a_value_the_mapper_still_refuses_is_left_out_naming_its_column():
     recorder = DropRecorder()
     warnings: list[str] = []
     mapped = _exporter(recorder)._map(run, tools, False, warnings)
-    assert mapped is not None and len(mapped.spans) == 3
+    assert mapped is not None and len(mapped.encoded) == 3
     assert len(warnings) == 1 and warnings[0].startswith("tool_invocation 11: duration_ms could not be mapped (TypeError")
     assert recorder.dropped == []
 

@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # and the end-to-end tests of the poll, the backfill and the feedback pass.
 TESTS = [
     "tests/test_encoding.py",
+    "tests/test_wire.py",
     "tests/test_mapping.py",
     "tests/test_limits.py",
     "tests/test_evidence.py",

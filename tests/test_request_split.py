@@ -10,6 +10,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from run_otel.export.encoding import FastEncoder
 from run_otel.export.sending import RequestSender
 from run_otel.export.sinks import Ack, TooLarge
+from run_otel.export.wire import RunSpans
 from run_otel.mapping.span_data import SpanData
 
 ENCODER = FastEncoder({"service.name": "diagnosis-agent"})
@@ -41,18 +42,19 @@ class LimitedReceiver:
     def close(self) -> None: ...
 
 
-def _runs(count: int) -> list[tuple[str, list[SpanData]]]:
+def _runs(count: int) -> list[RunSpans]:
     return [
-        (
+        RunSpans.of(
             f"run-{n}",
             [SpanData(bytes([n]) * 16, bytes([n, i]) * 4, b"", f"span {i}", 1, 2, (("payload", "x" * 1000),)) for i in range(3)],
+            ENCODER,
         )
         for n in range(1, 11)
     ]
 
 
 def _ids(runs) -> list[bytes]:
-    return [span.span_id for _, spans in runs for span in spans]
+    return [run.span(i).span_id for run in runs for i in range(len(run.encoded))]
 
 
 def test_spans_are_packed_under_max_request_bytes():

@@ -21,6 +21,7 @@ from .export.encoding import FastEncoder, resource_attributes
 from .export.logrecords import LogRecordSender, build_log_sink
 from .export.sending import RequestSender
 from .export.sinks import Sink
+from .export.wire import RunEncoder
 from .mapping.content import ContentPolicy
 from .mapping.evaluation import Evaluations
 from .mapping.masking import configured_secrets
@@ -162,7 +163,7 @@ def build_exporter(parts: Parts) -> RunExporter:
         recorder.spans_dropped,
         recorder.request_acknowledged,
     )
-    return RunExporter(parts.source, parts.mapper, sender, parts.recorder)
+    return RunExporter(parts.source, RunEncoder(parts.mapper, parts.encoder), sender, parts.recorder)
 
 
 def build_poller(parts: Parts, keep_going: Callable[[], bool] = lambda: True, clock: Callable[[], float] | None = None) -> Poller:

@@ -14,11 +14,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..mapping.limits import cut_to
 from ..mapping.span_data import SpanData
 from .encoding import FastEncoder
 from .sinks import Ack, Sink, TooLarge
+from .wire import RunSpans
 
 log = logging.getLogger(__name__)
 
@@ -35,11 +37,15 @@ class Sent:
     dropped: int = 0  # spans run-otel gave up on
 
 
-@dataclass(frozen=True)
-class _Item:
-    run_id: str
-    span: SpanData
+class _Item(NamedTuple):
+    run: RunSpans
+    at: int  # the span's place in its run
     encoded: bytes
+    cut: SpanData | None  # the span as cut to fit, if it was
+
+    @property
+    def span(self) -> SpanData:
+        return self.cut if self.cut is not None else self.run.span(self.at)
 
 
 class RequestSender:
@@ -66,20 +72,23 @@ class RequestSender:
                 max_request_bytes,
             )
 
-    def send(self, runs: Iterable[tuple[str, list[SpanData]]]) -> Sent:
+    def send(self, runs: Iterable[RunSpans]) -> Sent:
         """Sends every run's spans; raises ExportError unless each request was acknowledged."""
         sent = Sent()
         batch: list[_Item] = []
         size = 0
-        for run_id, spans in runs:
+        budget = self._room - _FRAME
+        for run in runs:
             cut = 0
-            for span in spans:
-                fitted = cut_to(span, self._room - _FRAME, self._encoder.span, self._list_length)
-                if fitted is None:
-                    self._drop(_Item(run_id, span, b""), sent, "even its name and status exceed export.max_request_bytes")
-                    continue
-                cut += fitted[0] is not span
-                item = _Item(run_id, *fitted)
+            for index, encoded in enumerate(run.encoded):
+                item = _Item(run, index, encoded, None)
+                if len(encoded) > budget:
+                    fitted = cut_to(run.span(index), budget, self._encoder.span, self._list_length)
+                    if fitted is None:
+                        self._drop(item, sent, "even its name and status exceed export.max_request_bytes")
+                        continue
+                    cut += 1
+                    item = _Item(run, index, fitted[1], fitted[0])
                 if batch and size + len(item.encoded) + _FRAME > self._room:
                     self._send(batch, sent)
                     batch, size = [], 0
@@ -88,9 +97,9 @@ class RequestSender:
             if cut:
                 log.warning(
                     "run %s: %d of its %d spans were cut to fit export.max_request_bytes; %s on each names what was removed",
-                    run_id,
+                    run.run_id,
                     cut,
-                    len(spans),
+                    len(run.encoded),
                     "run_otel.attributes.cut",
                 )
         if batch:
@@ -137,7 +146,7 @@ class RequestSender:
                 continue
             log.warning(
                 "run %s: span %s (%s) cut from %d to %d bytes: the receiver refused it as too large",
-                item.run_id,
+                item.run.run_id,
                 item.span.span_id.hex(),
                 item.span.name,
                 len(item.encoded),
@@ -151,7 +160,7 @@ class RequestSender:
     def _drop(self, item: _Item, sent: Sent, why: str) -> None:
         log.warning(
             "run %s: dropped span %s (%s): %s; the export goes on without it",
-            item.run_id,
+            item.run.run_id,
             item.span.span_id.hex(),
             item.span.name,
             why,

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
 
 from ..config import TraceConfig
 from ..source.clock import SourceClock
@@ -18,7 +17,7 @@ from ..source.rows import RELEVANCE_LEVELS, RETRIEVAL_LAYERS, RunRow, ToolRow
 from . import attributes as A
 from .content import ContentPolicy
 from .documents import RetrievalDocuments, openinference_documents
-from .limits import AttributeLimits, with_cut
+from .limits import AttributeLimits
 from .span_data import (
     MAX_DURATION_MS,
     STATUS_ERROR,
@@ -27,12 +26,12 @@ from .span_data import (
     AttrValue,
     Event,
     MappedRun,
-    SpanData,
     completion_span_id_for,
     root_span_id_for,
     tool_span_id_for,
     trace_id_for,
 )
+from .span_out import ReadableSpans, SpanOut, Status, T
 
 # How each outcome shows in a trace list: (status, error.type, description). Jaeger's list marks
 # only errors, so the outcomes where the user did not get the agent's own answer are errors, each
@@ -51,7 +50,10 @@ _MEMO_MAX_CHARS = 1024
 
 
 class Mapper:
-    """Maps rows to spans under the trace section. Build once; ``map_run`` is pure."""
+    """Maps rows to spans under the trace section. Build once; ``map_run`` is pure.
+
+    A span is written to a ``SpanOut``: readable ``SpanData`` here, OTLP bytes on the
+    export's hot path (``map_into``). One run is mapped at a time."""
 
     def __init__(self, trace: TraceConfig, clock: SourceClock, content: ContentPolicy):
         self._clock = clock
@@ -61,7 +63,8 @@ class Mapper:
         self._openinference = "openinference" in trace.conventions
         self._anchor_start = trace.tool_time_anchor == "start"
         self._cap = trace.max_spans_per_trace
-        self._limits = AttributeLimits.from_config(trace)
+        self.limits = AttributeLimits.from_config(trace)
+        self._readable = ReadableSpans(self.limits)
         self._content = content
         # Error messages repeat (the same timeout across thousands of calls): redact each once.
         self._error_texts = Memo(self._content.error_text, 1024)
@@ -71,25 +74,32 @@ class Mapper:
     # -- the run ------------------------------------------------------------
 
     def map_run(self, run: RunRow, tools: Sequence[ToolRow], incomplete: bool = False) -> MappedRun:
+        spans, warnings = self.map_into(self._readable, run, tools, incomplete)
+        return MappedRun(spans, warnings)
+
+    def map_into(
+        self, out: SpanOut[T], run: RunRow, tools: Sequence[ToolRow], incomplete: bool = False
+    ) -> tuple[list[T], list[str]]:
+        """The run's spans, root first, as ``out`` makes them, and the warnings its rows raised."""
         warnings: list[str] = []
         trace_id = trace_id_for(run.run_id)
         root_id = root_span_id_for(run.run_id)
         kept = tools[: self._cap]
         fallback_ns = self._run_start_ns(run, warnings)
-        children = [self._tool_span(run, tool, trace_id, root_id, fallback_ns, warnings) for tool in kept]
-        start_ns, end_ns = self._run_bounds(run, fallback_ns, children, warnings)
-        root = SpanData(
-            trace_id=trace_id,
-            span_id=root_id,
-            parent_span_id=b"",
-            name=f"{A.OPERATION_INVOKE_AGENT} {self._agent_name}",
-            start_ns=start_ns,
-            end_ns=end_ns,
-            attributes=self._run_attributes(run, incomplete, len(tools) - len(kept)),
-            **self._run_status(run, incomplete, end_ns),
+        spans: list[T] = []
+        bounds: list[tuple[int, int]] = []
+        for tool in kept:
+            times = self._tool_times(tool, fallback_ns, warnings)
+            spans.append(self._tool_span(out, run, tool, trace_id, root_id, times, warnings))
+            bounds.append((times[0], times[1]))
+        start_ns, end_ns = self._run_bounds(run, fallback_ns, bounds, warnings)
+        out.begin()
+        self._run_attributes(out, run, incomplete, len(tools) - len(kept))
+        name = f"{A.OPERATION_INVOKE_AGENT} {self._agent_name}"
+        spans.insert(
+            0, out.finish(trace_id, root_id, b"", name, start_ns, end_ns, self._run_status(run, incomplete, end_ns), None)
         )
-        limit = self._limits.apply
-        return MappedRun([limit(root), *(limit(child) for child in children)], warnings)
+        return spans, warnings
 
     def map_late(self, run: RunRow, tools: Sequence[ToolRow], late_ids: set[int], completed: bool) -> MappedRun:
         """What an exported run sends later: the spans of its tool rows in ``late_ids`` and, once
@@ -97,22 +107,29 @@ class Mapper:
 
         The root is never sent again: with a new extent or status it would be a second, different
         span with the same id, which Jaeger shows twice. ``tools`` are all of the run's rows."""
+        out = self._readable
         warnings: list[str] = []
         trace_id, root_id = trace_id_for(run.run_id), root_span_id_for(run.run_id)
         fallback_ns = self._run_start_ns(run, warnings)
         kept = tools[: self._cap]
-        spans = [self._tool_span(run, t, trace_id, root_id, fallback_ns, warnings) for t in kept if t.id in late_ids]
+        spans = [
+            self._tool_span(out, run, t, trace_id, root_id, self._tool_times(t, fallback_ns, warnings), warnings)
+            for t in kept
+            if t.id in late_ids
+        ]
         if completed:
             quiet: list[str] = []  # the rows sent before warned at their own export
-            children = [self._tool_span(run, t, trace_id, root_id, fallback_ns, quiet) for t in kept]
-            start_ns, end_ns = self._run_bounds(run, fallback_ns, children, quiet)
-            attributes = self._run_attributes(run, False, len(tools) - len(kept)) + ((A.RUN_COMPLETED_LATE, True),)
+            bounds = [self._tool_times(t, fallback_ns, quiet)[:2] for t in kept]
+            start_ns, end_ns = self._run_bounds(run, fallback_ns, bounds, quiet)
+            out.begin()
+            self._run_attributes(out, run, False, len(tools) - len(kept))
+            out.put(A.RUN_COMPLETED_LATE, True)
             name = f"{A.OPERATION_INVOKE_AGENT} {self._agent_name} {A.COMPLETION_SUFFIX}"
-            span_id = completion_span_id_for(run.run_id)
             status = self._run_status(run, False, end_ns)
-            spans.insert(0, SpanData(trace_id, span_id, root_id, name, start_ns, end_ns, attributes, **status))
-        limit = self._limits.apply
-        return MappedRun([limit(span) for span in spans], warnings)
+            spans.insert(
+                0, out.finish(trace_id, completion_span_id_for(run.run_id), root_id, name, start_ns, end_ns, status, None)
+            )
+        return MappedRun(spans, warnings)
 
     def _run_start_ns(self, run: RunRow, warnings: list[str]) -> int:
         start = self._epoch_ns(run.created_at)
@@ -121,7 +138,7 @@ class Mapper:
             start = self._epoch_ns(run.updated_at)
         return start if start is not None else 0
 
-    def _run_bounds(self, run: RunRow, start_ns: int, children: list[SpanData], warnings: list[str]) -> tuple[int, int]:
+    def _run_bounds(self, run: RunRow, start_ns: int, children: list[tuple[int, int]], warnings: list[str]) -> tuple[int, int]:
         duration = _valid_duration(run.total_duration_ms, warnings, "diagnosis_run", None, "total_duration_ms")
         if duration is not None:
             end_ns = start_ns + duration * _NS_PER_MS
@@ -131,163 +148,157 @@ class Mapper:
             if end_ns < start_ns:
                 warnings.append("diagnosis_run.updated_at is before created_at")
                 end_ns = start_ns
-        if children:
-            start_ns = min(start_ns, *(c.start_ns for c in children))
-            end_ns = max(end_ns, *(c.end_ns for c in children))
+        for child_start, child_end in children:
+            start_ns = min(start_ns, child_start)
+            end_ns = max(end_ns, child_end)
         return start_ns, end_ns
 
     @staticmethod
-    def _run_status(run: RunRow, incomplete: bool, end_ns: int) -> dict[str, Any]:
+    def _run_status(run: RunRow, incomplete: bool, end_ns: int) -> Status:
         code, _error_type, message = _INCOMPLETE if incomplete else _OUTCOMES.get(run.status or "", (STATUS_UNSET, None, ""))
-        status: dict[str, Any] = {"status_code": code, "status_message": message}
         if run.status == "FAILED" and not incomplete:
-            status["events"] = (exception_event(A.ERROR_RUN_FAILED, message, end_ns),)
-        return status
+            return code, message, (exception_event(A.ERROR_RUN_FAILED, message, end_ns),)
+        return code, message, ()
 
-    def _run_attributes(self, run: RunRow, incomplete: bool, dropped: int) -> tuple:
-        attrs: list[tuple[str, AttrValue]] = [
-            (A.GEN_AI_OPERATION_NAME, A.OPERATION_INVOKE_AGENT),
-            (A.GEN_AI_AGENT_NAME, self._agent_name),
-        ]
+    def _run_attributes(self, out: SpanOut, run: RunRow, incomplete: bool, dropped: int) -> None:
+        out.put(A.GEN_AI_OPERATION_NAME, A.OPERATION_INVOKE_AGENT)
+        out.put(A.GEN_AI_AGENT_NAME, self._agent_name)
         if self._provider:
-            attrs.append((A.GEN_AI_PROVIDER_NAME, self._provider))
-        _put(attrs, A.GEN_AI_CONVERSATION_ID, run.session_id)
-        _put(attrs, A.SESSION_ID, run.session_id)
-        attrs.append((A.RUN_ID, run.run_id))
-        for key, value in (
-            (A.RUN_STATUS, run.status),
-            (A.RUN_INTENT, run.intent),
-            (A.RUN_RELEASE_OUTCOME, run.release_outcome),
-            (A.RUN_AGENT_FLOW, run.agent_flow),
-            (A.RUN_STEP_COUNT, run.step_count),
-            (A.RUN_TOOL_CALL_COUNT, run.tool_call_count),
-            (A.RUN_TOTAL_TOKEN_COUNT, run.total_token_count),
-            (A.RUN_DURATION_MS, run.total_duration_ms),
-        ):
-            if value is not None:
-                attrs.append((key, value))
-        error_type = None if incomplete else _OUTCOMES.get(run.status or "", (0, None, ""))[1]
-        _put(attrs, A.ERROR_TYPE, error_type)
+            out.put(A.GEN_AI_PROVIDER_NAME, self._provider)
+        out.put_some(A.GEN_AI_CONVERSATION_ID, run.session_id)
+        out.put_some(A.SESSION_ID, run.session_id)
+        out.put(A.RUN_ID, run.run_id)
+        out.put_some(A.RUN_STATUS, run.status)
+        out.put_some(A.RUN_INTENT, run.intent)
+        out.put_some(A.RUN_RELEASE_OUTCOME, run.release_outcome)
+        out.put_some(A.RUN_AGENT_FLOW, run.agent_flow)
+        out.put_some(A.RUN_STEP_COUNT, run.step_count)
+        out.put_some(A.RUN_TOOL_CALL_COUNT, run.tool_call_count)
+        out.put_some(A.RUN_TOTAL_TOKEN_COUNT, run.total_token_count)
+        out.put_some(A.RUN_DURATION_MS, run.total_duration_ms)
         if incomplete:
-            attrs.append((A.ERROR_TYPE, A.ERROR_RUN_INCOMPLETE))
-            attrs.append((A.RUN_INCOMPLETE, True))
+            out.put(A.ERROR_TYPE, A.ERROR_RUN_INCOMPLETE)
+            out.put(A.RUN_INCOMPLETE, True)
+        else:
+            out.put_some(A.ERROR_TYPE, _OUTCOMES.get(run.status or "", (0, None, ""))[1])
         if dropped > 0:
-            attrs.append((A.RUN_TOOL_SPAN_LIMIT, self._cap))
-            attrs.append((A.RUN_TOOL_SPANS_DROPPED, dropped))
+            out.put(A.RUN_TOOL_SPAN_LIMIT, self._cap)
+            out.put(A.RUN_TOOL_SPANS_DROPPED, dropped)
         if self._openinference:
-            attrs.append((A.OPENINFERENCE_SPAN_KIND, A.OI_KIND_AGENT))
-        attrs.extend(self._content.run_attributes(run.query, run.answer, run.published_result))
-        return tuple(attrs)
+            out.put(A.OPENINFERENCE_SPAN_KIND, A.OI_KIND_AGENT)
+        if self._content.capture:
+            out.extend(self._content.run_attributes(run.query, run.answer, run.published_result))
 
     # -- a tool invocation ----------------------------------------------------
 
-    def _tool_span(
-        self,
-        run: RunRow,
-        tool: ToolRow,
-        trace_id: bytes,
-        root_id: bytes,
-        fallback_ns: int,
-        warnings: list[str],
-    ) -> SpanData:
+    def _tool_times(self, tool: ToolRow, fallback_ns: int, warnings: list[str]) -> tuple[int, int, int | None]:
+        """The call's start and end, and its duration when valid."""
         at_ns = self._epoch_ns(tool.created_at)
         if at_ns is None:
             warnings.append(f"tool_invocation {tool.id}: created_at is not a valid date")
             at_ns = fallback_ns
         duration = _valid_duration(tool.duration_ms, warnings, "tool_invocation", tool.id, "duration_ms")
         length_ns = (duration or 0) * _NS_PER_MS
-        start_ns, end_ns = (at_ns, at_ns + length_ns) if self._anchor_start else (at_ns - length_ns, at_ns)
-        status: dict[str, Any] = {}
+        if self._anchor_start:
+            return at_ns, at_ns + length_ns, duration
+        return at_ns - length_ns, at_ns, duration
+
+    def _tool_span(
+        self,
+        out: SpanOut[T],
+        run: RunRow,
+        tool: ToolRow,
+        trace_id: bytes,
+        root_id: bytes,
+        times: tuple[int, int, int | None],
+        warnings: list[str],
+    ) -> T:
+        start_ns, end_ns, duration = times
+        status: Status = (STATUS_UNSET, "", ())
         cut = False
         if tool.success is False:
             message, cut = self._error_text(tool.error_message)
-            event = exception_event(A.ERROR_TOOL, message, end_ns)
-            status = {"status_code": STATUS_ERROR, "status_message": message, "events": (event,)}
-        span = SpanData(
-            trace_id=trace_id,
-            span_id=tool_span_id_for(run.run_id, tool.id),
-            parent_span_id=root_id,
-            # A RAG lookup is the conventions' retrieval operation; Jaeger's UI classifies it as one.
-            name=f"{A.OPERATION_RETRIEVAL if tool.retrieval_layer is not None else A.OPERATION_EXECUTE_TOOL} {tool.tool_name}",
-            start_ns=start_ns,
-            end_ns=end_ns,
-            attributes=self._tool_attributes(run, tool, duration, warnings),
-            **status,
-        )
+            status = (STATUS_ERROR, message, (exception_event(A.ERROR_TOOL, message, end_ns),))
+        out.begin()
+        self._tool_attributes(out, run, tool, duration, warnings)
+        # A RAG lookup is the conventions' retrieval operation; Jaeger's UI classifies it as one.
+        operation = A.OPERATION_RETRIEVAL if tool.retrieval_layer is not None else A.OPERATION_EXECUTE_TOOL
+        span_id = tool_span_id_for(run.run_id, tool.id)
         # A message past content.max_length is named as cut, as an attribute past the limits is.
-        return with_cut(span, [A.EXCEPTION_MESSAGE], 0, self._limits.list_length) if cut else span
+        return out.finish(
+            trace_id,
+            span_id,
+            root_id,
+            f"{operation} {tool.tool_name}",
+            start_ns,
+            end_ns,
+            status,
+            A.EXCEPTION_MESSAGE if cut else None,
+        )
 
     def _error_text(self, message: str | None) -> tuple[str, bool]:
         if message is not None and len(message) <= _MEMO_MAX_CHARS:
             return self._error_texts(message)
         return self._content.error_text(message)
 
-    def _tool_attributes(self, run: RunRow, tool: ToolRow, duration_ms: int | None, warnings: list[str]) -> tuple:
-        operation = A.OPERATION_RETRIEVAL if tool.retrieval_layer is not None else A.OPERATION_EXECUTE_TOOL
-        attrs: list[tuple[str, AttrValue]] = [(A.GEN_AI_OPERATION_NAME, operation)]
-        _put(attrs, A.GEN_AI_TOOL_NAME, tool.tool_name)
-        attrs.append((A.GEN_AI_TOOL_CALL_ID, str(tool.id)))
-        tool_type = A.TOOL_TYPE_DATASTORE if tool.retrieval_layer is not None else A.TOOL_TYPE_FUNCTION
-        attrs.append((A.GEN_AI_TOOL_TYPE, tool_type))
-        _put(attrs, A.GEN_AI_CONVERSATION_ID, run.session_id)
-        attrs.append((A.RUN_ID, run.run_id))
-        _put(attrs, A.STEP_ID, tool.step_id)
-        if tool.retrieval_layer is not None and tool.retrieval_layer not in RETRIEVAL_LAYERS:
+    def _tool_attributes(self, out: SpanOut, run: RunRow, tool: ToolRow, duration_ms: int | None, warnings: list[str]) -> None:
+        retriever = tool.retrieval_layer is not None
+        out.put(A.GEN_AI_OPERATION_NAME, A.OPERATION_RETRIEVAL if retriever else A.OPERATION_EXECUTE_TOOL)
+        out.put_some(A.GEN_AI_TOOL_NAME, tool.tool_name)
+        out.put(A.GEN_AI_TOOL_CALL_ID, str(tool.id))
+        out.put(A.GEN_AI_TOOL_TYPE, A.TOOL_TYPE_DATASTORE if retriever else A.TOOL_TYPE_FUNCTION)
+        out.put_some(A.GEN_AI_CONVERSATION_ID, run.session_id)
+        out.put(A.RUN_ID, run.run_id)
+        out.put_some(A.STEP_ID, tool.step_id)
+        if retriever and tool.retrieval_layer not in RETRIEVAL_LAYERS:
             warnings.append(f"tool_invocation {tool.id}: unknown retrieval_layer {tool.retrieval_layer!r}")
         if tool.relevance_level is not None and tool.relevance_level not in RELEVANCE_LEVELS:
             warnings.append(f"tool_invocation {tool.id}: unknown relevance_level {tool.relevance_level!r}")
-        for key, value in (
-            (A.RAG_RETRIEVAL_LAYER, tool.retrieval_layer),
-            (A.RAG_L0_MATCH_COUNT, tool.l0_match_count),
-            (A.RAG_L1_MATCH_COUNT, tool.l1_match_count),
-            (A.RAG_RELEVANCE_LEVEL, tool.relevance_level),
-            (A.RAG_DEDUP_REASON, tool.dedup_reason),
-        ):
-            if value is not None:
-                attrs.append((key, value))
-        evidence = self._evidence(tool, attrs, warnings)
-        if tool.retrieval_layer is not None:
-            _put(attrs, A.GEN_AI_DATA_SOURCE_ID, tool.tool_name)
-            if evidence is not None and evidence.paths:
-                attrs.append((A.GEN_AI_RETRIEVAL_DOCUMENTS, self._retrieval_documents(evidence, tool)))
-        _put(attrs, A.TOOL_OUTPUT_LENGTH, tool.output_length)
-        _put(attrs, A.TOOL_OUTPUT_TRUNCATED, None if tool.is_truncated is None else bool(tool.is_truncated))
+        out.put_some(A.RAG_RETRIEVAL_LAYER, tool.retrieval_layer)
+        out.put_some(A.RAG_L0_MATCH_COUNT, tool.l0_match_count)
+        out.put_some(A.RAG_L1_MATCH_COUNT, tool.l1_match_count)
+        out.put_some(A.RAG_RELEVANCE_LEVEL, tool.relevance_level)
+        out.put_some(A.RAG_DEDUP_REASON, tool.dedup_reason)
+        evidence = self._evidence(out, tool, warnings)
+        documents = retriever and evidence is not None and bool(evidence.paths)
+        if retriever:
+            out.put_some(A.GEN_AI_DATA_SOURCE_ID, tool.tool_name)
+            if documents:
+                out.put(A.GEN_AI_RETRIEVAL_DOCUMENTS, self._retrieval_documents(evidence, tool))  # type: ignore[arg-type]
+        out.put_some(A.TOOL_OUTPUT_LENGTH, tool.output_length)
+        out.put_some(A.TOOL_OUTPUT_TRUNCATED, None if tool.is_truncated is None else bool(tool.is_truncated))
         # The span treats an out-of-range duration as missing; so does its attribute.
-        _put(attrs, A.TOOL_DURATION_MS, duration_ms)
+        out.put_some(A.TOOL_DURATION_MS, duration_ms)
         if tool.success is False:
-            attrs.append((A.ERROR_TYPE, A.ERROR_TOOL))
-        retriever = tool.retrieval_layer is not None
+            out.put(A.ERROR_TYPE, A.ERROR_TOOL)
         if self._openinference:
             # A RAG lookup is a RETRIEVER, so Phoenix shows its evidence as documents.
-            attrs.append((A.OPENINFERENCE_SPAN_KIND, A.OI_KIND_RETRIEVER if retriever else A.OI_KIND_TOOL))
-            _put(attrs, A.OI_TOOL_NAME, tool.tool_name)
-            _put(attrs, A.SESSION_ID, run.session_id)
-            if retriever and evidence is not None and evidence.paths:
-                attrs.extend(openinference_documents(evidence, tool, self._content))
+            out.put(A.OPENINFERENCE_SPAN_KIND, A.OI_KIND_RETRIEVER if retriever else A.OI_KIND_TOOL)
+            out.put_some(A.OI_TOOL_NAME, tool.tool_name)
+            out.put_some(A.SESSION_ID, run.session_id)
+            if documents:
+                out.extend(openinference_documents(evidence, tool, self._content))  # type: ignore[arg-type]
         if self._content.capture:
             refs_json = _compact_json(evidence.refs) if evidence is not None and evidence.refs is not None else None
-            attrs.extend(
+            out.extend(
                 self._content.tool_attributes(
                     tool.input_params, tool.output_preview, tool.success is True, refs_json, retriever and self._openinference
                 )
             )
-        return tuple(attrs)
 
-    def _evidence(self, tool: ToolRow, attrs: list, warnings: list[str]) -> Evidence | None:
-        """Adds rag.evidence.* from retrieval_details, parsed here or summarized by the database."""
+    def _evidence(self, out: SpanOut, tool: ToolRow, warnings: list[str]) -> Evidence | None:
+        """Puts rag.evidence.* from retrieval_details, parsed here or summarized by the database."""
         details = tool.retrieval_details
         evidence = details if isinstance(details, Evidence) else self._evidence_parser.summarize(details, warnings, tool.id)
         if evidence is None:
             return None
-        if evidence.status is not None:
-            attrs.append((A.RAG_EVIDENCE_STATUS, evidence.status))
+        out.put_some(A.RAG_EVIDENCE_STATUS, evidence.status)
         if evidence.refs_not_a_list:
             warnings.append(f"tool_invocation {tool.id}: evidence_refs is not a list")
             return evidence
-        if evidence.ref_count is not None:
-            attrs.append((A.RAG_EVIDENCE_COUNT, evidence.ref_count))
+        out.put_some(A.RAG_EVIDENCE_COUNT, evidence.ref_count)
         if evidence.paths:
-            attrs.append((A.RAG_EVIDENCE_PATHS, evidence.paths))
+            out.put(A.RAG_EVIDENCE_PATHS, evidence.paths)
         return evidence
 
 
@@ -297,12 +308,6 @@ def exception_event(error_type: str, message: str, at_ns: int) -> Event:
     if message:
         attrs += ((A.EXCEPTION_MESSAGE, message),)
     return (A.EXCEPTION_EVENT, at_ns, attrs)
-
-
-def _put(attrs: list, key: str, value: AttrValue | None) -> None:
-    """Appends the attribute unless its column is NULL."""
-    if value is not None:
-        attrs.append((key, value))
 
 
 def _where(row: str, row_id: int | None, column: str) -> str:

@@ -8,8 +8,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..export.sending import RequestSender
-from ..mapping.span_data import MappedRun
-from ..mapping.spans import Mapper
+from ..export.wire import RunEncoder, RunSpans
 from ..source.reader import Source
 from ..source.readings import read_run, read_tool
 from ..source.rows import TERMINAL_STATUSES, RunRow, ToolRow, is_terminal
@@ -24,9 +23,9 @@ UNMAPPABLE = "unmappable"
 class RunExporter:
     """Shared by the poller, the backfill and ``run-otel export``: the one way a run is sent."""
 
-    def __init__(self, source: Source, mapper: Mapper, sender: RequestSender, recorder: Recorder):
+    def __init__(self, source: Source, runs: RunEncoder, sender: RequestSender, recorder: Recorder):
         self._source = source
-        self._mapper = mapper
+        self._runs = runs
         self._sender = sender
         self._clock = source.clock
         self._recorder = recorder
@@ -43,7 +42,7 @@ class RunExporter:
         result = PollResult()
         if tools is None:
             tools = self._source.tools_for(r.run_id for r in runs) if runs else {}
-        mapped: list[tuple[ExportedRun, MappedRun]] = []
+        mapped: list[tuple[ExportedRun, RunSpans]] = []
         unmapped = 0
         for row in runs:
             warnings: list[str] = []
@@ -53,13 +52,12 @@ class RunExporter:
             if one is None:
                 unmapped += 1 + len(run_tools)
                 continue
-            warnings += one.warnings
             for warning in warnings:
                 log.warning("run %s: %s", run.run_id, warning)
             result.warnings += len(warnings)
             settled_at = self._clock.epoch(run.updated_at)
-            mapped.append((ExportedRun(run, run_tools, run.id in incomplete_ids, len(one.spans), settled_at), one))
-        sent = self._sender.send((exported.run.run_id, one.spans) for exported, one in mapped)
+            mapped.append((ExportedRun(run, run_tools, run.id in incomplete_ids, len(one.encoded), settled_at), one))
+        sent = self._sender.send(one for _, one in mapped)
         result.rejected_spans, result.dropped_spans = sent.rejected, sent.dropped + unmapped
         result.runs = [exported for exported, _ in mapped]
         result.run_count = len(result.runs)
@@ -68,19 +66,23 @@ class RunExporter:
             self._recorder.row_warnings(result.warnings)
         return result
 
-    def _map(self, run: RunRow, tools: list[ToolRow], incomplete: bool, warnings: list[str]) -> MappedRun | None:
-        """The run's spans; a value the mapper still refuses is left out, naming its column, and a
-        run that cannot be mapped even so is skipped with a warning: never an error that stops the poll."""
+    def _map(self, run: RunRow, tools: list[ToolRow], incomplete: bool, warnings: list[str]) -> RunSpans | None:
+        """The run's spans, its mapping's warnings added to ``warnings``; a value the mapper still
+        refuses is left out, naming its column, and a run that cannot be mapped even so is skipped
+        with a warning: never an error that stops the poll."""
         try:
-            return self._mapper.map_run(run, tools, incomplete=incomplete)
+            one, mapped_warnings = self._runs.encode(run, tools, incomplete)
+            warnings += mapped_warnings
+            return one
         except Exception as exc:  # one row must never stop the runs behind it
             failure = f"{exc.__class__.__name__}: {exc}"
         for where, run_without, tools_without in _each_value_left_out(run, tools):
             try:
-                one = self._mapper.map_run(run_without, tools_without, incomplete=incomplete)
+                one, mapped_warnings = self._runs.encode(run_without, tools_without, incomplete)
             except Exception:  # the next value left out may be the one
                 continue
             warnings.append(f"{where} could not be mapped ({failure}); left out")
+            warnings += mapped_warnings
             return one
         log.warning("run %s: cannot be mapped (%s); skipped with its %d tool row(s)", run.run_id, failure, len(tools))
         self._recorder.spans_dropped(UNMAPPABLE, 1 + len(tools))
@@ -90,18 +92,18 @@ class RunExporter:
         """Sends what exported runs add later (``Mapper.map_late``); raises ExportError unless
         acked. Returns the runs as read by meaning, for the metrics."""
         read: list[LateRun] = []
-        mapped: list[tuple[str, list]] = []
+        mapped: list[RunSpans] = []
         warned = 0
         for item in late:
             warnings: list[str] = []
             run = read_run(item.run, warnings)
             tools = [read_tool(tool, warnings) for tool in item.tools if tool.id in item.late_ids or item.completed]
-            one = self._mapper.map_late(run, tools, set(item.late_ids), item.completed)
-            for warning in [w for w in warnings if _about(w, item.late_ids)] + one.warnings:
+            one, late_warnings = self._runs.encode_late(run, tools, set(item.late_ids), item.completed)
+            for warning in [w for w in warnings if _about(w, item.late_ids)] + late_warnings:
                 log.warning("run %s: %s", run.run_id, warning)
                 warned += 1
             read.append(LateRun(run, tools, item.late_ids, item.completed))
-            mapped.append((run.run_id, one.spans))
+            mapped.append(one)
         self._sender.send(mapped)
         if warned:
             self._recorder.row_warnings(warned)

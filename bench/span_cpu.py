@@ -1,0 +1,164 @@
+"""CPU a span of run-otel's hot path, in one process, without a database or a network.
+
+    .venv/bin/python bench/span_cpu.py                 # the checkout's build
+    <compiled-venv>/bin/python bench/span_cpu.py       # the wheel's compiled core
+
+The rows are the ones bench/run.py seeds (8 tool calls a run, half of them RAG lookups
+with evidence, the seventh failed), built in memory as the driver hands them over. Each
+stage runs over the same rows, and the table gives its CPU a span: reading the rows by
+meaning, mapping them to spans, and the whole export of a batch (reading, mapping, the
+limits, encoding and the requests) into a sink that only keeps the bytes' length.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import time
+from datetime import datetime, timedelta
+
+from run_otel.config.loading import build_config
+from run_otel.export.sinks import Ack
+from run_otel.factory import build_exporter, build_parts
+from run_otel.source.readings import read_run, read_tool
+from run_otel.source.rows import RunRow, ToolRow
+
+EVIDENCE = json.dumps(
+    {
+        "evidence_status": "supported",
+        "evidence_refs": [{"raw_path": "$.logs[0]", "text": "evidence text"}, {"raw_path": "$.logs[1]", "text": "more"}],
+    }
+)
+STATUSES = ["FAILED", "FALLBACK"] + ["SUCCESS"] * 16 + ["FALLBACK", "CANCELLED"]
+TOOLS = ("lookup_knowledge", "query_logs", "query_metrics", "search_runbook")
+
+
+def rows(runs: int, tools: int) -> tuple[list[RunRow], dict[str, list[ToolRow]]]:
+    """The seeded rows of bench/run.py, as tuples the driver hands over."""
+    start = datetime(2026, 1, 1)
+    run_rows, tool_rows = [], {}
+    tool_id = 0
+    for seq in range(1, runs + 1):
+        run_id = f"run-{seq:08X}-0000-4000-8000-{seq:012X}"
+        created = start + timedelta(seconds=seq)
+        run_rows.append(
+            RunRow(
+                seq,
+                run_id,
+                f"sess-{seq % 50}",
+                STATUSES[seq % 20],
+                "CHAT_HARNESS",
+                "DIAGNOSIS",
+                "SUCCESS",
+                None,
+                9000,
+                4200,
+                tools + 1,
+                tools,
+                created,
+                created + timedelta(seconds=9),
+            )
+        )
+        calls = []
+        for t in range(1, tools + 1):
+            tool_id += 1
+            rag = t % 2 == 0
+            calls.append(
+                ToolRow(
+                    tool_id,
+                    run_id,
+                    t,
+                    TOOLS[t % 4],
+                    2048,
+                    "L0+L1" if rag else None,
+                    3 if rag else None,
+                    2 if rag else None,
+                    0,
+                    "PRECISE" if rag else None,
+                    None,
+                    EVIDENCE,
+                    180,
+                    0 if t == 7 else 1,
+                    "timeout after 30000 ms" if t == 7 else None,
+                    created + timedelta(seconds=t),
+                )
+            )
+        tool_rows[run_id] = calls
+    return run_rows, tool_rows
+
+
+class LengthSink:
+    def __init__(self) -> None:
+        self.bytes = 0
+
+    def send(self, request: bytes) -> Ack:
+        self.bytes += len(request)
+        return Ack()
+
+    def probe(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def describe(self) -> str:
+        return "length"
+
+
+def cpu_per_span(stage, batches, spans: int, reps: int) -> float:
+    times = []
+    for _ in range(reps):
+        gc.collect()
+        started = time.process_time()
+        for batch in batches:
+            stage(batch)
+        times.append(time.process_time() - started)
+    return statistics.median(times) / spans * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=20_000)
+    parser.add_argument("--tools", type=int, default=8)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--batch", type=int, default=500)
+    args = parser.parse_args()
+
+    config = build_config({"source": {"url": "sqlite:///:memory:"}})
+    sink = LengthSink()
+    parts = build_parts(config, sink=sink)
+    exporter = build_exporter(parts)
+    mapper = parts.mapper
+    runs, tools = rows(args.runs, args.tools)
+    batches = [runs[i : i + args.batch] for i in range(0, len(runs), args.batch)]
+    spans = args.runs * (args.tools + 1)
+
+    def read(batch):
+        warnings: list[str] = []
+        for run in batch:
+            read_run(run, warnings)
+            for tool in tools[run.run_id]:
+                read_tool(tool, warnings)
+
+    def read_and_map(batch):
+        warnings: list[str] = []
+        for run in batch:
+            mapper.map_run(read_run(run, warnings), [read_tool(t, warnings) for t in tools[run.run_id]])
+
+    def export(batch):
+        exporter.export(batch, frozenset(), tools)
+
+    gc.disable()  # as a backfill runs its batches
+    figures = {
+        name: cpu_per_span(stage, batches, spans, args.reps)
+        for name, stage in (("read", read), ("read + map", read_and_map), ("export", export))
+    }
+    compiled = mapper.map_run.__class__.__name__ != "method"
+    print(f"{'compiled' if compiled else 'Python'} build, {spans:,} spans, medians of {args.reps}; CPU a span:")
+    for name, micros in figures.items():
+        print(f"  {name:<12} {micros:6.2f} µs")
+    print(f"  (request bytes a span: {sink.bytes / spans / args.reps:.0f})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,175 @@
+"""The hot path writes exactly the bytes the protobuf runtime writes for the readable spans.
+
+For any rows, ``RunEncoder.encode`` (rows straight to OTLP bytes) gives, span for span, what
+``Mapper.map_run`` and the protobuf messages of ``encode_span`` give, with the same warnings:
+content capture on and off, both profiles, small limits that cut, the tool-span cap.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from datetime import datetime
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from run_otel.config import build_config
+from run_otel.export.encoding import FastEncoder, encode_span
+from run_otel.export.wire import OverLimits, RunEncoder, WireSpans
+from run_otel.factory import build_mapper
+from run_otel.mapping.limits import AttributeLimits
+from run_otel.source.clock import SourceClock
+from run_otel.source.rows import RunRow, ToolRow
+
+text = st.text(max_size=30)
+maybe_text = st.none() | text
+count = st.none() | st.integers(min_value=-5, max_value=2**40)
+when = st.none() | st.sampled_from(["0000-00-00 00:00:00"]) | st.datetimes(datetime(1971, 1, 1), datetime(2100, 1, 1))
+ref = st.fixed_dictionaries(
+    {"raw_path": st.sampled_from(["$.logs[0]", "$.docs[1]", "$.no_evidence"]) | text},
+    optional={"text": text, "doc_id": text | st.integers(0, 99), "score": st.floats(allow_nan=False)},
+)
+evidence = st.one_of(
+    st.none(),
+    text,
+    st.builds(
+        lambda status, refs: json.dumps({"evidence_status": status, "evidence_refs": refs}), maybe_text, st.lists(ref, max_size=5)
+    ),
+    st.builds(lambda refs: json.dumps({"evidence_refs": refs}), st.dictionaries(text, text, max_size=2)),
+)
+runs = st.builds(
+    RunRow,
+    id=st.integers(1, 2**40),
+    run_id=st.sampled_from(["run-00000001-0000-4000-8000-000000000001", "run-a"]) | text,
+    session_id=maybe_text,
+    status=st.sampled_from(["SUCCESS", "FAILED", "FALLBACK", "CANCELLED", "RUNNING", "ARCHIVED", None]),
+    agent_flow=maybe_text,
+    intent=maybe_text,
+    release_outcome=maybe_text,
+    feedback=maybe_text,
+    total_duration_ms=count,
+    total_token_count=count,
+    step_count=count,
+    tool_call_count=count,
+    created_at=when,
+    updated_at=when,
+    query=maybe_text,
+    answer=maybe_text,
+    published_result=maybe_text,
+)
+tools = st.builds(
+    ToolRow,
+    id=st.integers(1, 2**40),
+    run_id=st.just("run-a"),
+    step_id=count,
+    tool_name=st.none() | st.sampled_from(["lookup_knowledge", "query_logs"]) | text,
+    output_length=count,
+    retrieval_layer=st.sampled_from([None, "L0", "L1", "L0+L1", "L9"]),
+    l0_match_count=count,
+    l1_match_count=count,
+    is_truncated=st.none() | st.booleans(),
+    relevance_level=st.sampled_from([None, "PRECISE", "HIGHLY_RELEVANT", "REFERENCE", "DEDUPED", "ODD"]),
+    dedup_reason=maybe_text,
+    retrieval_details=evidence,
+    duration_ms=count,
+    success=st.none() | st.booleans(),
+    error_message=st.none() | text | st.text(min_size=100, max_size=300),
+    created_at=when,
+    input_params=st.none() | text | st.builds(lambda q: json.dumps({"query": q}), text),
+    output_preview=maybe_text,
+)
+settings_for = st.fixed_dictionaries(
+    {
+        "trace": st.fixed_dictionaries(
+            {
+                "conventions": st.sampled_from([["gen_ai"], ["gen_ai", "openinference"]]),
+                "provider_name": st.sampled_from(["", "internal"]),
+                "tool_time_anchor": st.sampled_from(["end", "start"]),
+                "max_spans_per_trace": st.sampled_from([1000, 2]),
+                # Small limits cut values and lists; the defaults leave them be.
+                "max_attribute_length": st.sampled_from([4096, 12]),
+                "max_list_length": st.sampled_from([128, 1]),
+            }
+        ),
+        "content": st.fixed_dictionaries({"capture": st.booleans(), "max_length": st.sampled_from([1024, 50])}),
+    }
+)
+ENCODERS: dict[str, tuple] = {}
+
+
+def _pair(raw: dict):
+    """A mapper and its run encoder per config, kept across examples so their memos and caches are exercised."""
+    key = json.dumps(raw, sort_keys=True)
+    if key not in ENCODERS:
+        mapper = build_mapper(build_config(raw), SourceClock("UTC"))
+        ENCODERS[key] = (mapper, RunEncoder(mapper, FastEncoder({})))
+    return ENCODERS[key]
+
+
+@settings(max_examples=300, deadline=None)
+@given(settings_for, runs, st.lists(tools, max_size=4), st.booleans())
+def test_a_runs_wire_bytes_equal_the_protobuf_runtimes_for_its_readable_spans(raw, run, tool_rows, incomplete):
+    mapper, runs_encoder = _pair(raw)
+    mapped = mapper.map_run(run, tool_rows, incomplete)
+    try:
+        expected = [encode_span(span).SerializeToString() for span in mapped.spans]
+    except ValueError:  # a time before 1970 that no OTLP field holds: the exporter leaves a value out
+        with pytest.raises((ValueError, struct.error)):
+            runs_encoder.encode(run, tool_rows, incomplete)
+        return
+    encoded, warnings = runs_encoder.encode(run, tool_rows, incomplete)
+    assert encoded.encoded == expected
+    assert warnings == mapped.warnings
+    assert [encoded.span(i) for i in range(len(encoded.encoded))] == mapped.spans
+
+
+def _bench_rows() -> tuple[RunRow, list[ToolRow]]:
+    at = datetime(2026, 1, 1, 12)
+    run = RunRow(1, "run-a", "sess-1", "SUCCESS", "CHAT_HARNESS", "DIAGNOSIS", "SUCCESS", None, 9000, 4200, 3, 2, at, at)
+    details = json.dumps({"evidence_status": "supported", "evidence_refs": [{"raw_path": "$.logs[0]", "text": "t"}]})
+    rag = ToolRow(7, "run-a", 1, "lookup_knowledge", 2048, "L0+L1", 3, 2, False, "PRECISE", None, details, 180, True, None, at)
+    failed = ToolRow(8, "run-a", 2, "query_logs", 2048, None, None, None, False, None, None, None, 180, False, "timeout", at)
+    return run, [rag, failed]
+
+
+def test_a_run_within_the_limits_takes_the_one_pass_and_makes_no_span_object():
+    mapper, runs_encoder = _pair({})
+    run, tool_rows = _bench_rows()
+    encoded, _ = runs_encoder.encode(run, tool_rows)
+    # The readable spans are made only when asked for (a cut, a warning naming a span).
+    assert encoded._spans is None
+    assert encoded.encoded == [encode_span(s).SerializeToString() for s in mapper.map_run(run, tool_rows).spans]
+
+
+def test_a_value_past_the_limits_sends_its_run_the_readable_way():
+    mapper, runs_encoder = _pair({"trace": {"max_attribute_length": 5}})
+    run, tool_rows = _bench_rows()
+    encoded, _ = runs_encoder.encode(run, tool_rows)
+    assert encoded._spans is not None  # the readable way, which the limits' cuts are written for
+    assert encoded.encoded == [encode_span(s).SerializeToString() for s in mapper.map_run(run, tool_rows).spans]
+
+
+def test_the_wire_out_refuses_what_the_limits_would_cut():
+    limits = AttributeLimits(value_length=4, list_length=2)
+    for key, value in (("k", "12345"), ("k", ("a", "b", "c")), ("k", ("12345",)), ("retrieval.documents.2.document.id", "x")):
+        out = WireSpans(limits)
+        out.begin()
+        out.put(key, value)
+        try:
+            out.finish(b"\x01" * 16, b"\x02" * 8, b"", "n", 1, 2, (0, "", ()), None)
+        except OverLimits:
+            continue
+        raise AssertionError(f"{key}={value!r} passed the limits")
+
+
+def test_the_value_caches_tell_equal_values_apart():
+    out = WireSpans(AttributeLimits())
+    from run_otel.mapping.span_data import SpanData
+
+    for value in (True, 1, False, 0, "1", 0.0, -0.0):
+        out.begin()
+        out.put("k", value)
+        wire = out.finish(b"\x01" * 16, b"\x02" * 8, b"", "n", 1, 2, (0, "", ()), None)
+        assert wire == encode_span(SpanData(b"\x01" * 16, b"\x02" * 8, b"", "n", 1, 2, (("k", value),))).SerializeToString()
