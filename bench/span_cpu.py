@@ -6,8 +6,9 @@
 The rows are the ones bench/run.py seeds (8 tool calls a run, half of them RAG lookups
 with evidence, the seventh failed), built in memory as the driver hands them over. Each
 stage runs over the same rows, and the table gives its CPU a span: reading the rows by
-meaning, mapping them to spans, and the whole export of a batch (reading, mapping, the
-limits, encoding and the requests) into a sink that only keeps the bytes' length.
+meaning, mapping them to readable spans, and the whole export of a batch (reading, then
+mapping and encoding, the limits and the requests) into a sink that only keeps the bytes'
+length. ``--stage export`` alone, run by two builds in turn, compares them.
 """
 
 from __future__ import annotations
@@ -122,6 +123,7 @@ def main() -> None:
     parser.add_argument("--tools", type=int, default=8)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--batch", type=int, default=500)
+    parser.add_argument("--stage", choices=["read", "read + map", "export"], action="append", help="only these (repeatable)")
     args = parser.parse_args()
 
     config = build_config({"source": {"url": "sqlite:///:memory:"}})
@@ -149,15 +151,14 @@ def main() -> None:
         exporter.export(batch, frozenset(), tools)
 
     gc.disable()  # as a backfill runs its batches
-    figures = {
-        name: cpu_per_span(stage, batches, spans, args.reps)
-        for name, stage in (("read", read), ("read + map", read_and_map), ("export", export))
-    }
+    stages = {"read": read, "read + map": read_and_map, "export": export}
+    figures = {name: cpu_per_span(stages[name], batches, spans, args.reps) for name in args.stage or stages}
     compiled = mapper.map_run.__class__.__name__ != "method"
     print(f"{'compiled' if compiled else 'Python'} build, {spans:,} spans, medians of {args.reps}; CPU a span:")
     for name, micros in figures.items():
         print(f"  {name:<12} {micros:6.2f} µs")
-    print(f"  (request bytes a span: {sink.bytes / spans / args.reps:.0f})")
+    if sink.bytes:
+        print(f"  (request bytes a span: {sink.bytes / spans / args.reps:.0f})")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 from .. import __version__
 from ..config import ServiceConfig, TraceConfig
 from ..mapping import attributes as A
-from ..mapping.span_data import AttrValue, Event, SpanData
+from ..mapping.span_data import AttrValue, SpanData
 from ..otel_env import resource_attributes_from_env
 
 
@@ -142,17 +142,13 @@ def key_field(key: str) -> bytes:
 
 
 def span_bytes(
-    head: bytes, attributes: list[bytes], dropped: int, events: tuple[Event, ...], status_code: int, status_message: str
+    head: bytes, attributes: list[bytes], dropped: int, events: list[bytes], status_code: int, status_message: str
 ) -> bytes:
-    """A span from its ``span_head`` and its encoded attributes, in field order."""
+    """A span from its ``span_head``, its encoded attributes and ``event_field``s, in field order."""
     parts = [head, *attributes]
     if dropped:
         parts += (b"\x50", _varint(dropped))
-    for event_name, at_ns, event_attrs in events:  # rare (failed calls): not cached
-        event = b"\x09" + _pack_fixed64(at_ns) if at_ns else b""
-        event += _field(b"\x12", event_name.encode("utf-8", "replace")) if event_name else b""
-        event += b"".join(_field(b"\x1a", key_field(k) + _field(b"\x12", _any_value_bytes(v))) for k, v in event_attrs)
-        parts.append(_field(b"\x5a", event))
+    parts += events
     status = b""
     if status_message:
         status = _field(b"\x12", status_message.encode("utf-8", "replace"))
@@ -160,6 +156,17 @@ def span_bytes(
         status += b"\x18" + _varint(status_code)
     parts += (b"\x7a", _varint(len(status)), status)
     return b"".join(parts)
+
+
+def event_body(name: str, attributes: tuple[tuple[str, AttrValue], ...]) -> bytes:
+    """An event's fields after its time: the part that repeats from span to span."""
+    body = _field(b"\x12", name.encode("utf-8", "replace")) if name else b""
+    return body + b"".join(_field(b"\x1a", key_field(k) + _field(b"\x12", _any_value_bytes(v))) for k, v in attributes)
+
+
+def event_field(at_ns: int, body: bytes) -> bytes:
+    """A span's event (field 11): its time, then its ``event_body``."""
+    return _field(b"\x5a", b"\x09" + _pack_fixed64(at_ns) + body if at_ns else body)
 
 
 def span_head(trace_id: bytes, span_id: bytes, parent_span_id: bytes, name: bytes, start_ns: int, end_ns: int) -> bytes:
@@ -221,7 +228,8 @@ class FastEncoder:
                     cache.clear()
                 cache[cache_key] = field
             attributes.append(field)
-        return span_bytes(head, attributes, span.dropped_attributes_count, span.events, span.status_code, span.status_message)
+        events = [event_field(at_ns, event_body(name, attrs)) for name, at_ns, attrs in span.events]
+        return span_bytes(head, attributes, span.dropped_attributes_count, events, span.status_code, span.status_message)
 
     def request(self, spans: list[bytes]) -> bytes:
         """An ExportTraceServiceRequest holding the encoded spans, serialized.

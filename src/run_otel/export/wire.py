@@ -16,11 +16,11 @@ from functools import partial
 
 from ..mapping import attributes as A
 from ..mapping.limits import AttributeLimits
-from ..mapping.span_data import AttrValue, SpanData
+from ..mapping.span_data import AttrValue, Event, SpanData
 from ..mapping.span_out import SpanOut, Status
 from ..mapping.spans import Mapper
 from ..source.rows import RunRow, ToolRow
-from .encoding import FastEncoder, attribute_field, key_field, name_field, span_bytes, span_head
+from .encoding import FastEncoder, attribute_field, event_body, event_field, key_field, name_field, span_bytes, span_head
 
 _DOCUMENT_PREFIX = A.OI_RETRIEVAL_DOCUMENTS + "."
 # Longer values are encoded each time rather than held: they rarely repeat.
@@ -42,6 +42,7 @@ class _Key:
         self.strings: dict[str, bytes] = {}
         self.ints: dict[int, bytes] = {}
         self.flags: dict[bool, bytes] = {}
+        self.lists: dict[tuple[str, ...], bytes] = {}
 
 
 class WireSpans(SpanOut[bytes]):
@@ -54,6 +55,8 @@ class WireSpans(SpanOut[bytes]):
         self._cached = 0
         self._keys: dict[str, _Key] = {}
         self._names: dict[str, bytes] = {}
+        # The exception event of a failed call: its type and message repeat.
+        self._event_bodies: dict[tuple[str, tuple[tuple[str, AttrValue], ...]], bytes] = {}
         self._parts: list[bytes] = []
         self._over = False
 
@@ -94,7 +97,12 @@ class WireSpans(SpanOut[bytes]):
             if len(value) > self._list_length or any(len(item) > n for item in value):
                 self._over = True
                 return
-            field = attribute_field(spec.field, value)
+            field = spec.lists.get(value)
+            if field is None:
+                field = attribute_field(spec.field, value)
+                if len(field) <= 4 * _CACHED_MAX_CHARS:
+                    self._hold()
+                    spec.lists[value] = field
         else:
             field = attribute_field(spec.field, value)
         self._parts.append(field)
@@ -105,6 +113,7 @@ class WireSpans(SpanOut[bytes]):
         if self._cached > self._cache_size:
             self._keys.clear()
             self._names.clear()
+            self._event_bodies.clear()
             self._cached = 0
 
     def finish(
@@ -128,7 +137,17 @@ class WireSpans(SpanOut[bytes]):
             self._hold()
         head = span_head(trace_id, span_id, parent_span_id, encoded_name, start_ns, end_ns)
         code, message, events = status
-        return span_bytes(head, self._parts, 0, events, code, message)
+        return span_bytes(head, self._parts, 0, [self._event(event) for event in events], code, message)
+
+    def _event(self, event: Event) -> bytes:
+        name, at_ns, attributes = event
+        body = self._event_bodies.get((name, attributes))
+        if body is None:
+            body = event_body(name, attributes)
+            if len(body) <= 4 * _CACHED_MAX_CHARS:
+                self._hold()
+                self._event_bodies[(name, attributes)] = body
+        return event_field(at_ns, body)
 
 
 class RunSpans:

@@ -107,6 +107,17 @@ def _read(row: tuple, table: str, reads: tuple, warnings: list[str]) -> list | N
         value = row[i]
         if value is None:
             continue  # NULL means NULL in any type, without a call
+        # The common types, without a call: a count as an int, a flag as a bool or TINYINT(1).
+        kind = type(value)
+        if reader is as_count:
+            if kind is int:
+                continue
+        elif kind is bool:
+            continue
+        elif kind is int and (value == 0 or value == 1):
+            values = values if values is not None else list(row)
+            values[i] = value == 1
+            continue
         try:
             read = reader(value)
         except Unreadable:
@@ -125,7 +136,8 @@ def read_run(run: RunRow, warnings: list[str]) -> RunRow:
     values = _read(run, "diagnosis_run", _RUN_READS, warnings)
     if not _BINARY.isdisjoint(map(type, _run_texts(run))):  # a text column drifted to a binary type
         values = _texts(run, values, _RUN_TEXT_AT)
-    return run if values is None else RunRow(*values)
+    # tuple.__new__ skips the namedtuple's keyword-taking __new__, a tenth of a row's reading.
+    return run if values is None else tuple.__new__(RunRow, values)
 
 
 def read_tool(tool: ToolRow, warnings: list[str]) -> ToolRow:
@@ -133,4 +145,4 @@ def read_tool(tool: ToolRow, warnings: list[str]) -> ToolRow:
     values = _read(tool, "tool_invocation", _TOOL_READS, warnings)
     if not _BINARY.isdisjoint(map(type, _tool_texts(tool))):
         values = _texts(tool, values, _TOOL_TEXT_AT)
-    return tool if values is None else ToolRow(*values)
+    return tool if values is None else tuple.__new__(ToolRow, values)
