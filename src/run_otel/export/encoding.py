@@ -94,6 +94,8 @@ def encode_request(spans: Iterable[Span], resource: Mapping[str, str]) -> Export
 
 _pack_fixed64 = struct.Struct("<Q").pack
 _pack_double = struct.Struct("<d").pack
+# Both times with their tags in one call: start (field 7) and end (field 8), fixed64 each.
+_pack_times = struct.Struct("<BQBQ").pack
 _INTERNAL = b"\x30\x01"  # kind = SPAN_KIND_INTERNAL
 
 
@@ -149,13 +151,21 @@ def span_bytes(
     if dropped:
         parts += (b"\x50", _varint(dropped))
     parts += events
-    status = b""
-    if status_message:
-        status = _field(b"\x12", status_message.encode("utf-8", "replace"))
-    if status_code:
-        status += b"\x18" + _varint(status_code)
-    parts += (b"\x7a", _varint(len(status)), status)
+    parts.append(status_field(status_code, status_message))
     return b"".join(parts)
+
+
+# The statuses of every span without a message: UNSET, OK, ERROR.
+_PLAIN_STATUS = (b"\x7a\x00", b"\x7a\x02\x18\x01", b"\x7a\x02\x18\x02")
+
+
+def status_field(code: int, message: str) -> bytes:
+    if not message and 0 <= code <= 2:
+        return _PLAIN_STATUS[code]
+    status = _field(b"\x12", message.encode("utf-8", "replace")) if message else b""
+    if code:
+        status += b"\x18" + _varint(code)
+    return b"\x7a" + _varint(len(status)) + status
 
 
 def event_body(name: str, attributes: tuple[tuple[str, AttrValue], ...]) -> bytes:
@@ -171,15 +181,13 @@ def event_field(at_ns: int, body: bytes) -> bytes:
 
 def span_head(trace_id: bytes, span_id: bytes, parent_span_id: bytes, name: bytes, start_ns: int, end_ns: int) -> bytes:
     """A span's fields before its attributes: ids, name (``name_field``), kind and times."""
-    head = b"\x0a\x10" + trace_id + b"\x12\x08" + span_id
+    if start_ns and end_ns:
+        times = _pack_times(0x39, start_ns, 0x41, end_ns)
+    else:
+        times = (b"\x39" + _pack_fixed64(start_ns) if start_ns else b"") + (b"\x41" + _pack_fixed64(end_ns) if end_ns else b"")
     if parent_span_id:
-        head += b"\x22\x08" + parent_span_id
-    head += name + _INTERNAL
-    if start_ns:
-        head += b"\x39" + _pack_fixed64(start_ns)
-    if end_ns:
-        head += b"\x41" + _pack_fixed64(end_ns)
-    return head
+        return b"".join((b"\x0a\x10", trace_id, b"\x12\x08", span_id, b"\x22\x08", parent_span_id, name, _INTERNAL, times))
+    return b"".join((b"\x0a\x10", trace_id, b"\x12\x08", span_id, name, _INTERNAL, times))
 
 
 def name_field(name: str) -> bytes:

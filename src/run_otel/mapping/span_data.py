@@ -70,6 +70,9 @@ class MappedRun:
 
 def nonzero_window(digest: bytes, size: int) -> bytes:
     """The first non-zero ``size``-byte window of ``digest`` (OTLP forbids all-zero ids)."""
+    first = digest[:size]
+    if first.strip(b"\x00"):
+        return first  # all but never zero: one slice, no loop
     for offset in range(0, len(digest) - size + 1, size):
         chunk = digest[offset : offset + size]
         if any(chunk):
