@@ -33,6 +33,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -236,6 +237,7 @@ def measure_backfill(
     sent_before = server_bytes_sent(server) if server else 0
     cpu_before = server_cpu_seconds(server) if server else 0.0
     started = time.perf_counter()
+    children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     process = subprocess.Popen(
         [
             python,
@@ -259,6 +261,7 @@ def measure_backfill(
     peak.start()
     _out, err = process.communicate()
     elapsed = time.perf_counter() - started
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
     peak.join()
     if process.returncode != 0:
         raise SystemExit(err)
@@ -269,6 +272,10 @@ def measure_backfill(
         "spans_per_s": receiver.counter.value / elapsed,
         "peak_rss_mib": peak.kib / 1024,
         "peak_rss_mib_per_process": peak.max_kib / 1024,
+        # The backfill's own processes (its parts are its children, reaped before it exits), start-up included.
+        "cpu_us_per_span": (children.ru_utime + children.ru_stime - children_before.ru_utime - children_before.ru_stime)
+        / max(receiver.counter.value, 1)
+        * 1e6,
     }
     if server:
         out["db_bytes_per_span"] = (server_bytes_sent(server) - sent_before) / receiver.counter.value
@@ -384,6 +391,7 @@ def measure_user_script(server: MariaDB, database: str, receiver: CountingReceiv
     """bench/user_script.py as a whole process: the plain script an SRE would write instead."""
     receiver.reset()
     started = time.perf_counter()
+    children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run(
         [
             sys.executable,
@@ -401,8 +409,15 @@ def measure_user_script(server: MariaDB, database: str, receiver: CountingReceiv
     elapsed = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(done.stderr)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
     wait_for(lambda: receiver.counter.value > 0, 10, "spans")
-    return {"spans": receiver.counter.value, "seconds": elapsed, "spans_per_s": receiver.counter.value / elapsed}
+    cpu = children.ru_utime + children.ru_stime - children_before.ru_utime - children_before.ru_stime
+    return {
+        "spans": receiver.counter.value,
+        "seconds": elapsed,
+        "spans_per_s": receiver.counter.value / elapsed,
+        "cpu_us_per_span": cpu / receiver.counter.value * 1e6,
+    }
 
 
 def measure_help(reps: int = 5) -> dict:
@@ -576,13 +591,20 @@ def measure_delay(tmp: Path, server: MariaDB, seconds: float, rate: float = 50.0
     }
 
 
-def compiled_python(tmp: Path) -> str:
+def compiled_python(tmp: Path, revision: str | None = None) -> str:
     """A virtualenv with run-otel installed from its wheel, the core compiled (setup.py); its python.
 
-    The checkout's own virtualenv is an editable install, which stays pure Python."""
+    The checkout's own virtualenv is an editable install, which stays pure Python. With
+    ``revision``, the wheel is built from that commit of this repository, to measure before and after."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    dist, venv = tmp / "dist", tmp / "compiled-venv"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(ROOT)], check=True, env=env)
+    name = f"compiled-{revision}" if revision else "compiled"
+    dist, venv, source = tmp / f"{name}-dist", tmp / f"{name}-venv", ROOT
+    if revision:
+        source = tmp / f"{name}-src"
+        source.mkdir()
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", revision], check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(source)], input=archive, check=True)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(source)], check=True, env=env)
     (wheel,) = dist.glob("run_otel-*.whl")
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, env=env)
     install = [str(venv / "bin/pip"), "install", "-q", f"{wheel}[mysql-connector]"]
@@ -625,6 +647,7 @@ def main() -> None:
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument("--workers", default="2", help="backfill --workers values beyond 1 to measure, comma-separated")
     parser.add_argument("--skip-compiled", action="store_true", help="measure only the pure-Python build")
+    parser.add_argument("--before", metavar="REV", help="also measure the compiled build of this commit, side by side")
     args = parser.parse_args()
 
     results: dict = {
@@ -649,6 +672,9 @@ def main() -> None:
             if not args.skip_compiled:
                 print("building the compiled wheel into its own virtualenv ...", flush=True)
                 builds["compiled"] = compiled_python(tmp)
+            if args.before:
+                print(f"building the compiled wheel of {args.before} ...", flush=True)
+                builds[f"compiled {args.before}"] = compiled_python(tmp, args.before)
             # (build, workers) beyond the pure one-process backfill, which keeps its own keys.
             variants = [(b, 1) for b in builds if b != "python"] + [(b, n) for b in builds for n in worker_counts]
             backfill: dict[str, list] = {d: [] for d in drivers}
@@ -670,7 +696,11 @@ def main() -> None:
                             )
                     baseline.append(measure_sdk_baseline(url, receiver))
                     script.append(measure_user_script(server, "bench", receiver))
-            results["user_script"] = {"spans_per_s": statistics.median(r["spans_per_s"] for r in script), "all": script}
+            results["user_script"] = {
+                "spans_per_s": statistics.median(r["spans_per_s"] for r in script),
+                "cpu_us_per_span": statistics.median(r["cpu_us_per_span"] for r in script),
+                "all": script,
+            }
             results["sdk_baseline"] = {"spans_per_s": statistics.median(r["spans_per_s"] for r in baseline), "all": baseline}
             results["help"] = measure_help()
             results["drivers"] = {}
@@ -701,6 +731,7 @@ def main() -> None:
                             "vs_pure_one_process": rate / spans_per_s,
                             "peak_rss_mib_total": max(r["peak_rss_mib"] for r in by_variant[driver, build, n]),
                             "peak_rss_mib_per_process": max(r["peak_rss_mib_per_process"] for r in by_variant[driver, build, n]),
+                            "cpu_us_per_span": statistics.median(r["cpu_us_per_span"] for r in by_variant[driver, build, n]),
                             "all": by_variant[driver, build, n],
                         }
                         for build, n in variants
@@ -777,7 +808,7 @@ def print_table(results: dict) -> None:
         (
             "a user's script (bench/user_script.py)",
             f"{results['user_script']['spans_per_s']:,.0f} spans/s",
-            "whole process, PyMySQL",
+            f"whole process, PyMySQL; {results['user_script']['cpu_us_per_span']:.1f} us CPU a span",
         ),
         ("SDK path baseline", f"{results['sdk_baseline']['spans_per_s']:,.0f} spans/s", ""),
         ("run-otel --help", f"{results['help']['median_s'] * 1000:.0f} ms", "target < 150 ms"),
@@ -812,6 +843,11 @@ def print_table(results: dict) -> None:
                 ),
                 (f"backfill {name} {driver} / user's script", f"{w['vs_user_script']:.2f}x", "target >= 3x"),
                 (f"backfill {name} {driver} / python x1", f"{w['vs_pure_one_process']:.2f}x", ""),
+                (
+                    f"backfill {name} {driver}, CPU a span",
+                    f"{w['cpu_us_per_span']:.1f} us",
+                    "all its processes, start-up included",
+                ),
             ]
     if "idle_poll" in results:
         idle = results["idle_poll"]

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from ..mapping.limits import cut_to
 from ..mapping.span_data import SpanData
@@ -37,15 +36,14 @@ class Sent:
     dropped: int = 0  # spans run-otel gave up on
 
 
-class _Item(NamedTuple):
-    run: RunSpans
-    at: int  # the span's place in its run
-    encoded: bytes
-    cut: SpanData | None  # the span as cut to fit, if it was
+# A span in a request: its run, its place in the run, its bytes, and the span as cut to fit
+# if it was. A plain tuple: one is made for every span sent.
+_Item = tuple[RunSpans, int, bytes, SpanData | None]
 
-    @property
-    def span(self) -> SpanData:
-        return self.cut if self.cut is not None else self.run.span(self.at)
+
+def _span(item: _Item) -> SpanData:
+    run, at, _encoded, cut = item
+    return cut if cut is not None else run.span(at)
 
 
 class RequestSender:
@@ -81,19 +79,19 @@ class RequestSender:
         for run in runs:
             cut = 0
             for index, encoded in enumerate(run.encoded):
-                item = _Item(run, index, encoded, None)
+                item: _Item = (run, index, encoded, None)
                 if len(encoded) > budget:
                     fitted = cut_to(run.span(index), budget, self._encoder.span, self._list_length)
                     if fitted is None:
                         self._drop(item, sent, "even its name and status exceed export.max_request_bytes")
                         continue
                     cut += 1
-                    item = _Item(run, index, fitted[1], fitted[0])
-                if batch and size + len(item.encoded) + _FRAME > self._room:
+                    item = (run, index, fitted[1], fitted[0])
+                if batch and size + len(item[2]) + _FRAME > self._room:
                     self._send(batch, sent)
                     batch, size = [], 0
                 batch.append(item)
-                size += len(item.encoded) + _FRAME
+                size += len(item[2]) + _FRAME
             if cut:
                 log.warning(
                     "run %s: %d of its %d spans were cut to fit export.max_request_bytes; %s on each names what was removed",
@@ -107,7 +105,7 @@ class RequestSender:
         return sent
 
     def _send(self, items: list[_Item], sent: Sent, split: bool = False) -> None:
-        request = self._encoder.request([item.encoded for item in items])
+        request = self._encoder.request([item[2] for item in items])
         try:
             ack = self._sink.send(request)
         except TooLarge as exc:
@@ -132,9 +130,10 @@ class RequestSender:
 
     def _shrink(self, item: _Item, sent: Sent, why: str) -> None:
         """One span the receiver refused: cut to half its size until it is accepted, or dropped."""
-        budget = len(item.encoded) // 2
+        run, _at, encoded_before, _cut = item
+        budget = len(encoded_before) // 2
         while True:
-            fitted = cut_to(item.span, budget, self._encoder.span, self._list_length)
+            fitted = cut_to(_span(item), budget, self._encoder.span, self._list_length)
             if fitted is None:
                 self._drop(item, sent, f"the receiver refused it as too large even without its attributes ({why})")
                 return
@@ -146,10 +145,10 @@ class RequestSender:
                 continue
             log.warning(
                 "run %s: span %s (%s) cut from %d to %d bytes: the receiver refused it as too large",
-                item.run.run_id,
-                item.span.span_id.hex(),
-                item.span.name,
-                len(item.encoded),
+                run.run_id,
+                _span(item).span_id.hex(),
+                _span(item).name,
+                len(encoded_before),
                 len(encoded),
             )
             self._on_ack()
@@ -160,9 +159,9 @@ class RequestSender:
     def _drop(self, item: _Item, sent: Sent, why: str) -> None:
         log.warning(
             "run %s: dropped span %s (%s): %s; the export goes on without it",
-            item.run.run_id,
-            item.span.span_id.hex(),
-            item.span.name,
+            item[0].run_id,
+            _span(item).span_id.hex(),
+            _span(item).name,
             why,
         )
         sent.dropped += 1
