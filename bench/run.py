@@ -59,9 +59,10 @@ def _count_spans(blob: bytes) -> int:
     return sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
 
 
-def _counting_receiver(port: int, counter, arrivals) -> None:
+def _counting_receiver(port: int, counter, arrivals, delay: float) -> None:
     class Service(trace_service_pb2_grpc.TraceServiceServicer):
         def Export(self, request, context):
+            time.sleep(delay)  # a receiver across a network answers later than one on loopback
             spans = 0
             now = time.time()
             for rs in request.resource_spans:
@@ -83,12 +84,12 @@ def _counting_receiver(port: int, counter, arrivals) -> None:
 
 
 class CountingReceiver:
-    def __init__(self, track_arrivals: bool = False):
+    def __init__(self, track_arrivals: bool = False, delay: float = 0.0):
         self.port = free_port()
         self.counter = multiprocessing.Value("q", 0)
         self.arrivals = multiprocessing.Queue() if track_arrivals else None
         self.process = multiprocessing.Process(
-            target=_counting_receiver, args=(self.port, self.counter, self.arrivals), daemon=True
+            target=_counting_receiver, args=(self.port, self.counter, self.arrivals, delay), daemon=True
         )
 
     def __enter__(self):
@@ -647,6 +648,9 @@ def main() -> None:
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument("--workers", default="2", help="backfill --workers values beyond 1 to measure, comma-separated")
     parser.add_argument("--skip-compiled", action="store_true", help="measure only the pure-Python build")
+    parser.add_argument(
+        "--receiver-delay-ms", type=float, default=0.0, help="the counting receiver answers each request this much later"
+    )
     parser.add_argument("--before", metavar="REV", help="also measure the compiled build of this commit, side by side")
     args = parser.parse_args()
 
@@ -682,7 +686,8 @@ def main() -> None:
             raw: dict[str, list] = {d: [] for d in drivers}
             bridge_read: dict[tuple[str, bool], list] = {(d, r): [] for d in drivers for r in (True, False)}
             baseline, script = [], []
-            with CountingReceiver() as receiver:
+            results["receiver_delay_ms"] = args.receiver_delay_ms
+            with CountingReceiver(delay=args.receiver_delay_ms / 1000) as receiver:
                 for rep in range(args.reps):
                     print(f"repetition {rep + 1}/{args.reps} ...", flush=True)
                     for driver in drivers:
@@ -910,6 +915,7 @@ def print_table(results: dict) -> None:
     print(
         f"\n{results['runs']} runs x {results['tools_per_run']} tools = "
         f"{results['spans']:,} spans, median of {results['reps']}, {results['cpus']} CPUs"
+        + (f", the receiver answering {results['receiver_delay_ms']:.0f} ms late" if results.get("receiver_delay_ms") else "")
     )
     for name, value, note in rows:
         print(f"  {name:<{width}}  {value:>18}  {note}")

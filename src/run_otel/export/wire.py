@@ -11,6 +11,7 @@ the readable way and encoded from ``SpanData``. A property test
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from functools import partial
 
@@ -173,28 +174,35 @@ class RunSpans:
 
 
 class RunEncoder:
-    """Maps a run and encodes its spans in one pass; the readable way when limits cut a span."""
+    """Maps a run and encodes its spans in one pass; the readable way when limits cut a span.
+
+    The mapper writes one span at a time, and a backfill's sending thread may ask for a run's
+    readable spans (to cut one) while the next batch is mapped: a lock keeps them apart."""
 
     def __init__(self, mapper: Mapper, encoder: FastEncoder):
         self._mapper = mapper
         self._encoder = encoder
         self._wire = WireSpans(mapper.limits)
+        self._lock = threading.Lock()
 
     def encode(self, run: RunRow, tools: Sequence[ToolRow], incomplete: bool = False) -> tuple[RunSpans, list[str]]:
         """The run's spans, root first, and the warnings its rows raised."""
-        try:
-            encoded, warnings = self._mapper.map_into(self._wire, run, tools, incomplete)
-        except OverLimits:
-            mapped = self._mapper.map_run(run, tools, incomplete)
-            return RunSpans.of(run.run_id, mapped.spans, self._encoder), mapped.warnings
+        with self._lock:
+            try:
+                encoded, warnings = self._mapper.map_into(self._wire, run, tools, incomplete)
+            except OverLimits:
+                mapped = self._mapper.map_run(run, tools, incomplete)
+                return RunSpans.of(run.run_id, mapped.spans, self._encoder), mapped.warnings
         return RunSpans(run.run_id, encoded, partial(self._readable, run, tools, incomplete)), warnings
 
     def _readable(self, run: RunRow, tools: Sequence[ToolRow], incomplete: bool) -> list[SpanData]:
-        return self._mapper.map_run(run, tools, incomplete).spans
+        with self._lock:
+            return self._mapper.map_run(run, tools, incomplete).spans
 
     def encode_late(
         self, run: RunRow, tools: Sequence[ToolRow], late_ids: set[int], completed: bool
     ) -> tuple[RunSpans, list[str]]:
         """What an exported run sends later (``Mapper.map_late``): rare, so the readable way."""
-        mapped = self._mapper.map_late(run, tools, late_ids, completed)
+        with self._lock:
+            mapped = self._mapper.map_late(run, tools, late_ids, completed)
         return RunSpans.of(run.run_id, mapped.spans, self._encoder), mapped.warnings

@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 
@@ -73,24 +74,41 @@ class BackfillPass:
         created_in: Callable[[RunRow], bool] = lambda run: True,
     ) -> PollResult:
         """Exports the finished runs with ids in [first_id, last_id] that ``created_in``
-        accepts. The next batch is read while this one is mapped and sent."""
+        accepts. The next batch is read while this one is mapped, and mapped while the one
+        before is sent: the receiver's time to acknowledge a request overlaps run-otel's work."""
         total = PollResult()
-        with BatchCollection() as collection, ReadAhead(self._batches(first_id, last_id, created_in)) as batches:
+        sending: tuple[Future[PollResult], _Batch] | None = None
+
+        def finish() -> None:
+            assert sending is not None
+            sent, batch = sending
+            result = sent.result()  # an ExportError stops the backfill here, before this batch counts
+            result.outside_window = batch.outside_window
+            result.in_flight = batch.in_flight
+            rated = _rated(batch.ready) if self._ratings is not None else []
+            if self._ratings is not None and rated:
+                self._ratings.send(rated)
+            if record_metrics:
+                self._recorder.runs_exported(result, self._clock())
+                self._recorder.feedback_sent(rated)
+            total.add(result)
+            on_batch(result, batch.cursor)
+
+        with (
+            BatchCollection() as collection,
+            ReadAhead(self._batches(first_id, last_id, created_in)) as batches,
+            ThreadPoolExecutor(1, thread_name_prefix="run-otel-send") as sender,
+        ):
             for batch in batches:
                 for run in batch.inside:
                     self._exporter.note_status(run.status)
-                result = self._exporter.export(batch.ready, batch.incomplete, batch.tools)
-                result.outside_window = batch.outside_window
-                result.in_flight = batch.in_flight
-                rated = _rated(batch.ready) if self._ratings is not None else []
-                if self._ratings is not None and rated:
-                    self._ratings.send(rated)
-                if record_metrics:
-                    self._recorder.runs_exported(result, self._clock())
-                    self._recorder.feedback_sent(rated)
-                total.add(result)
-                on_batch(result, batch.cursor)
-                collection.after_batch()
+                prepared = self._exporter.prepare(batch.ready, batch.incomplete, batch.tools)
+                if sending is not None:
+                    finish()
+                    collection.after_batch()
+                sending = (sender.submit(self._exporter.deliver, prepared), batch)
+            if sending is not None:
+                finish()
         return total
 
     def _batches(self, first_id: int, last_id: int, created_in: Callable[[RunRow], bool]) -> Iterator[_Batch]:

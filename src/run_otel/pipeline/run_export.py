@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..export.sending import RequestSender
@@ -18,6 +19,16 @@ log = logging.getLogger(__name__)
 
 # run_otel_dropped_spans_total's reason for a run no value left out lets the mapper map.
 UNMAPPABLE = "unmappable"
+
+
+@dataclass
+class Prepared:
+    """A batch's runs as read, and their spans as bytes, before they are sent."""
+
+    runs: list[ExportedRun] = field(default_factory=list)
+    spans: list[RunSpans] = field(default_factory=list)
+    warnings: int = 0
+    unmapped: int = 0  # spans of runs that could not be mapped
 
 
 class RunExporter:
@@ -39,31 +50,46 @@ class RunExporter:
     ) -> PollResult:
         """Maps and sends ``runs`` with their tools (read here unless given); raises
         ExportError unless all were acked."""
-        result = PollResult()
+        return self.deliver(self.prepare(runs, incomplete_ids, tools))
+
+    def prepare(
+        self,
+        runs: Sequence[RunRow],
+        incomplete_ids: frozenset[int] | set[int] = frozenset(),
+        tools: dict[str, list[ToolRow]] | None = None,
+    ) -> Prepared:
+        """Reads and maps ``runs`` with their tools into their spans' bytes, ready to ``deliver``."""
+        prepared = Prepared()
         if tools is None:
             tools = self._source.tools_for(r.run_id for r in runs) if runs else {}
-        mapped: list[tuple[ExportedRun, RunSpans]] = []
-        unmapped = 0
         for row in runs:
             warnings: list[str] = []
             run = read_run(row, warnings)
             run_tools = [read_tool(tool, warnings) for tool in tools.get(run.run_id, [])]
             one = self._map(run, run_tools, run.id in incomplete_ids, warnings)
             if one is None:
-                unmapped += 1 + len(run_tools)
+                prepared.unmapped += 1 + len(run_tools)
                 continue
             for warning in warnings:
                 log.warning("run %s: %s", run.run_id, warning)
-            result.warnings += len(warnings)
+            prepared.warnings += len(warnings)
             settled_at = self._clock.epoch(run.updated_at)
-            mapped.append((ExportedRun(run, run_tools, run.id in incomplete_ids, len(one.encoded), settled_at), one))
-        sent = self._sender.send(one for _, one in mapped)
-        result.rejected_spans, result.dropped_spans = sent.rejected, sent.dropped + unmapped
-        result.runs = [exported for exported, _ in mapped]
+            prepared.runs.append(ExportedRun(run, run_tools, run.id in incomplete_ids, len(one.encoded), settled_at))
+            prepared.spans.append(one)
+        if prepared.warnings:
+            self._recorder.row_warnings(prepared.warnings)
+        return prepared
+
+    def deliver(self, prepared: Prepared) -> PollResult:
+        """Sends what ``prepare`` made; raises ExportError unless all was acked. It maps
+        nothing new, so a backfill sends one batch while it prepares the next."""
+        sent = self._sender.send(prepared.spans)
+        result = PollResult()
+        result.warnings = prepared.warnings
+        result.rejected_spans, result.dropped_spans = sent.rejected, sent.dropped + prepared.unmapped
+        result.runs = prepared.runs
         result.run_count = len(result.runs)
         result.spans = sum(e.span_count for e in result.runs)
-        if result.warnings:
-            self._recorder.row_warnings(result.warnings)
         return result
 
     def _map(self, run: RunRow, tools: list[ToolRow], incomplete: bool, warnings: list[str]) -> RunSpans | None:
