@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from datetime import datetime
+from pathlib import Path
 from types import SimpleNamespace
 
 from helpers import (
@@ -19,10 +20,12 @@ from servers import wait_for
 
 from run_otel.config import build_config
 from run_otel.export.encoding import FastEncoder
+from run_otel.export.sending import RequestSender
+from run_otel.export.sinks import JsonFileSink
 from run_otel.export.wire import RunEncoder
 from run_otel.factory import build_mapper, build_parts, build_poller
 from run_otel.pipeline.results import Recorder
-from run_otel.pipeline.run_export import RunExporter
+from run_otel.pipeline.run_export import Prepared, RunExporter
 from run_otel.source.clock import SourceClock
 from run_otel.source.rows import RunRow, ToolRow
 
@@ -124,13 +127,20 @@ class DropRecorder(Recorder):
         self.dropped.append((reason, count))
 
 
-def _exporter(recorder: Recorder) -> RunExporter:
+def _exporter(recorder: Recorder, out: Path | None = None) -> RunExporter:
     config = build_config({})
     clock = SourceClock("UTC")
-    # Only the mapping runs here: the exporter reads nothing and sends nothing, it needs the source's clock alone.
+    # Only the mapping runs here: the exporter reads nothing, it needs the source's clock alone; it
+    # sends to a file when given one.
     source = SimpleNamespace(clock=clock)
-    runs = RunEncoder(build_mapper(config, clock), FastEncoder({}))
-    return RunExporter(source, runs, None, recorder)  # type: ignore[arg-type]
+    encoder = FastEncoder({})
+    runs = RunEncoder(build_mapper(config, clock), encoder)
+    sender = (
+        None
+        if out is None
+        else RequestSender(JsonFileSink(out), encoder, config.export.max_request_bytes, 128, recorder.spans_dropped)
+    )
+    return RunExporter(source, runs, sender, recorder)  # type: ignore[arg-type]
 
 
 def _rows(*durations) -> tuple[RunRow, list[ToolRow]]:
@@ -148,16 +158,21 @@ def test_a_value_the_mapper_still_refuses_is_left_out_naming_its_column():
     run, tools = _rows(5, "five")
     recorder = DropRecorder()
     warnings: list[str] = []
-    mapped = _exporter(recorder)._map(run, tools, False, warnings)
+    mapped = _exporter(recorder)._map(run, tools, False, warnings, [])
     assert mapped is not None and len(mapped.encoded) == 3
     assert len(warnings) == 1 and warnings[0].startswith("tool_invocation 11: duration_ms could not be mapped (TypeError")
     assert recorder.dropped == []
 
 
-def test_a_run_that_cannot_be_mapped_at_all_is_skipped_with_a_warning_and_counted(caplog):
+def test_a_run_that_cannot_be_mapped_at_all_is_skipped_with_a_warning_and_counted(caplog, tmp_path):
     run, tools = _rows("five", "six")  # leaving one value out is not enough
     recorder = DropRecorder()
+    exporter = _exporter(recorder, tmp_path / "out.jsonl")
     with caplog.at_level(logging.WARNING, logger="run_otel"):
-        assert _exporter(recorder)._map(run, tools, False, []) is None
-    assert recorder.dropped == [("unmappable", 3)]
+        # The rows as the mapper gets them: no reading catches a duration as text.
+        prepared = Prepared()
+        assert exporter._map(run, tools, False, [], prepared.skipped) is None
+        assert recorder.dropped == [] and not caplog.records  # told once the batch is sent
+        result = exporter.deliver(prepared)
+    assert result.dropped_spans == 3 and recorder.dropped == [("unmappable", 3)]
     assert any("run run-a: cannot be mapped (TypeError" in r.getMessage() and "skipped" in r.getMessage() for r in caplog.records)

@@ -124,3 +124,48 @@ def test_a_checkpoint_that_cannot_be_saved_fails_the_poll_and_its_runs_are_sent_
         assert parts.store.load().high_water == 4
     # At least once: the batch whose checkpoint was refused goes out again.
     assert _sent_run_ids(out) == ["run-1", "run-2", "run-3", "run-4", "run-3", "run-4"]
+
+
+class _DownOnce(JsonFileSink):
+    """A collector that is away for the first request."""
+
+    def __init__(self, path):
+        super().__init__(path)
+        self.refused = 0
+
+    def send(self, request: bytes):
+        from run_otel.export.sinks import ExportError
+
+        if not self.refused:
+            self.refused += 1
+            raise ExportError("connection refused")
+        return super().send(request)
+
+
+def test_a_bad_row_warns_once_when_its_run_is_sent_not_at_each_failed_try(tmp_path, caplog):
+    import pytest
+    from sqlalchemy import update
+
+    from run_otel.export.sinks import ExportError
+    from run_otel.pipeline.results import Recorder
+
+    class Counting(Recorder):
+        warnings = 0
+
+        def row_warnings(self, count: int) -> None:
+            self.warnings += count
+
+    agent = _agent_db(tmp_path, [("run-1", "WEIRD", 60)])
+    with agent.begin() as conn:  # SQLite keeps the text in the integer column: a row warning
+        conn.execute(update(diagnosis_run).values(step_count="many"))
+    recorder, sink = Counting(), _DownOnce(tmp_path / "out.jsonl")
+    with build_parts(_config(tmp_path), sink=sink, recorder=recorder) as parts, caplog.at_level(logging.WARNING):
+        poller = build_poller(parts, clock=lambda: NOW)
+        with pytest.raises(ExportError):
+            poller.poll()
+        assert sink.refused == 1 and recorder.warnings == 0  # precondition: the run was read and mapped, not sent
+        poller.poll()
+    assert _sent_run_ids(tmp_path / "out.jsonl") == ["run-1"]
+    assert recorder.warnings == 2  # the unreadable step_count and the unknown status, once each
+    assert caplog.text.count("step_count 'many'") == 1
+    assert caplog.text.count("unknown diagnosis_run.status 'WEIRD'") == 1

@@ -83,6 +83,8 @@ class BackfillPass:
             assert sending is not None
             sent, batch = sending
             result = sent.result()  # an ExportError stops the backfill here, before this batch counts
+            for run in batch.inside:
+                self._exporter.note_status(run.status)
             result.outside_window = batch.outside_window
             result.in_flight = batch.in_flight
             rated = _rated(batch.ready) if self._ratings is not None else []
@@ -100,8 +102,6 @@ class BackfillPass:
             ThreadPoolExecutor(1, thread_name_prefix="run-otel-send") as sender,
         ):
             for batch in batches:
-                for run in batch.inside:
-                    self._exporter.note_status(run.status)
                 prepared = self._exporter.prepare(batch.ready, batch.incomplete, batch.tools)
                 if sending is not None:
                     finish()

@@ -126,8 +126,6 @@ class Poller:
         dropped = advance(following, [run.id for run in new_runs], now)
         if dropped:
             log.warning("%d ids missing below run id %d; tracking only the last of them", dropped, new_runs[-1].id)
-        for run in new_runs:
-            self._exporter.note_status(run.status)
         decided = classify(following, [*rechecked, *new_runs], now, self._rules, self._source.clock, self._in_shard)
         expired = expire_gaps(following, now, self._rules.gap_timeout_seconds)
         if expired:
@@ -141,6 +139,8 @@ class Poller:
         except Exception:
             self._recorder.export_failed()
             raise
+        for run in new_runs:  # once the batch is sent: a failed poll reads the same runs again
+            self._exporter.note_status(run.status)
         acked_at = self._clock()
         watched = self._late.watch(result.runs, acked_at) if self._late is not None else None
         self._store.save(following, acked_at, watched)

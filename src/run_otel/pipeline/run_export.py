@@ -23,12 +23,24 @@ UNMAPPABLE = "unmappable"
 
 @dataclass
 class Prepared:
-    """A batch's runs as read, and their spans as bytes, before they are sent."""
+    """A batch's runs as read, and their spans as bytes, before they are sent.
+
+    What its rows raised is told only once the batch is acknowledged: a batch whose send
+    fails is prepared again on the next try, and its rows would otherwise warn twice."""
 
     runs: list[ExportedRun] = field(default_factory=list)
     spans: list[RunSpans] = field(default_factory=list)
-    warnings: int = 0
-    unmapped: int = 0  # spans of runs that could not be mapped
+    warned: list[tuple[str, str]] = field(default_factory=list)  # run id, warning
+    skipped: list[tuple[str, str, int]] = field(default_factory=list)  # run id, why, its tool rows
+
+    @property
+    def warnings(self) -> int:
+        return len(self.warned)
+
+    @property
+    def unmapped(self) -> int:
+        """Spans of the runs that could not be mapped."""
+        return sum(1 + tools for _, _, tools in self.skipped)
 
 
 class RunExporter:
@@ -66,24 +78,20 @@ class RunExporter:
             warnings: list[str] = []
             run = read_run(row, warnings)
             run_tools = [read_tool(tool, warnings) for tool in tools.get(run.run_id, [])]
-            one = self._map(run, run_tools, run.id in incomplete_ids, warnings)
+            one = self._map(run, run_tools, run.id in incomplete_ids, warnings, prepared.skipped)
             if one is None:
-                prepared.unmapped += 1 + len(run_tools)
                 continue
-            for warning in warnings:
-                log.warning("run %s: %s", run.run_id, warning)
-            prepared.warnings += len(warnings)
+            prepared.warned += [(run.run_id, warning) for warning in warnings]
             settled_at = self._clock.epoch(run.updated_at)
             prepared.runs.append(ExportedRun(run, run_tools, run.id in incomplete_ids, len(one.encoded), settled_at))
             prepared.spans.append(one)
-        if prepared.warnings:
-            self._recorder.row_warnings(prepared.warnings)
         return prepared
 
     def deliver(self, prepared: Prepared) -> PollResult:
         """Sends what ``prepare`` made; raises ExportError unless all was acked. It maps
         nothing new, so a backfill sends one batch while it prepares the next."""
         sent = self._sender.send(prepared.spans)
+        self._report(prepared)
         result = PollResult()
         result.warnings = prepared.warnings
         result.rejected_spans, result.dropped_spans = sent.rejected, sent.dropped + prepared.unmapped
@@ -92,10 +100,26 @@ class RunExporter:
         result.spans = sum(e.span_count for e in result.runs)
         return result
 
-    def _map(self, run: RunRow, tools: list[ToolRow], incomplete: bool, warnings: list[str]) -> RunSpans | None:
+    def _report(self, prepared: Prepared) -> None:
+        for run_id, warning in prepared.warned:
+            log.warning("run %s: %s", run_id, warning)
+        if prepared.warned:
+            self._recorder.row_warnings(len(prepared.warned))
+        for run_id, failure, tools in prepared.skipped:
+            log.warning("run %s: cannot be mapped (%s); skipped with its %d tool row(s)", run_id, failure, tools)
+            self._recorder.spans_dropped(UNMAPPABLE, 1 + tools)
+
+    def _map(
+        self,
+        run: RunRow,
+        tools: list[ToolRow],
+        incomplete: bool,
+        warnings: list[str],
+        skipped: list[tuple[str, str, int]],
+    ) -> RunSpans | None:
         """The run's spans, its mapping's warnings added to ``warnings``; a value the mapper still
-        refuses is left out, naming its column, and a run that cannot be mapped even so is skipped
-        with a warning: never an error that stops the poll."""
+        refuses is left out, naming its column, and a run that cannot be mapped even so is added to
+        ``skipped``: never an error that stops the poll."""
         try:
             one, mapped_warnings = self._runs.encode(run, tools, incomplete)
             warnings += mapped_warnings
@@ -110,29 +134,25 @@ class RunExporter:
             warnings.append(f"{where} could not be mapped ({failure}); left out")
             warnings += mapped_warnings
             return one
-        log.warning("run %s: cannot be mapped (%s); skipped with its %d tool row(s)", run.run_id, failure, len(tools))
-        self._recorder.spans_dropped(UNMAPPABLE, 1 + len(tools))
+        skipped.append((run.run_id, failure, len(tools)))
         return None
 
     def export_late(self, late: Sequence[LateRun]) -> list[LateRun]:
         """Sends what exported runs add later (``Mapper.map_late``); raises ExportError unless
         acked. Returns the runs as read by meaning, for the metrics."""
         read: list[LateRun] = []
-        mapped: list[RunSpans] = []
-        warned = 0
+        prepared = Prepared()
         for item in late:
             warnings: list[str] = []
             run = read_run(item.run, warnings)
             tools = [read_tool(tool, warnings) for tool in item.tools if tool.id in item.late_ids or item.completed]
             one, late_warnings = self._runs.encode_late(run, tools, set(item.late_ids), item.completed)
-            for warning in [w for w in warnings if _about(w, item.late_ids)] + late_warnings:
-                log.warning("run %s: %s", run.run_id, warning)
-                warned += 1
+            prepared.warned += [(run.run_id, w) for w in warnings if _about(w, item.late_ids)]
+            prepared.warned += [(run.run_id, w) for w in late_warnings]
             read.append(LateRun(run, tools, item.late_ids, item.completed))
-            mapped.append(one)
-        self._sender.send(mapped)
-        if warned:
-            self._recorder.row_warnings(warned)
+            prepared.spans.append(one)
+        self._sender.send(prepared.spans)
+        self._report(prepared)
         return read
 
     def note_status(self, status: str | None) -> None:
