@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import random
 import statistics
 import time
 from datetime import datetime, timedelta
@@ -90,6 +91,28 @@ def rows(runs: int, tools: int) -> tuple[list[RunRow], dict[str, list[ToolRow]]]
     return run_rows, tool_rows
 
 
+def varied(runs: list[RunRow], tools: dict[str, list[ToolRow]], seed: int = 7) -> None:
+    """The same rows with the values that vary in an agent's table varied: each call's duration,
+    output length and match counts, the runs' durations and tokens, and which of 400 log paths
+    each call's evidence names. The caches of repeated values then meet their misses."""
+    rng = random.Random(seed)
+    paths = [f"$.logs[{n}]" for n in range(400)]
+    for k, run in enumerate(runs):
+        runs[k] = run._replace(total_duration_ms=rng.randint(800, 120_000), total_token_count=rng.randint(500, 20_000))
+        calls = tools[run.run_id]
+        for t, call in enumerate(calls):
+            refs = [{"raw_path": rng.choice(paths), "text": "evidence text"} for _ in range(rng.randint(1, 4))]
+            evidence = json.dumps({"evidence_status": "supported", "evidence_refs": refs})
+            rag = call.retrieval_layer is not None
+            calls[t] = call._replace(
+                duration_ms=int(rng.lognormvariate(5, 1.5)),
+                output_length=rng.randint(0, 8192),
+                l0_match_count=rng.randint(0, 12) if rag else None,
+                l1_match_count=rng.randint(0, 6) if rag else None,
+                retrieval_details=evidence,
+            )
+
+
 class LengthSink:
     def __init__(self) -> None:
         self.bytes = 0
@@ -123,6 +146,7 @@ def main() -> None:
     parser.add_argument("--tools", type=int, default=8)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--batch", type=int, default=500)
+    parser.add_argument("--varied", action="store_true", help="vary durations, counts and evidence paths, as real rows do")
     parser.add_argument("--stage", choices=["read", "read + map", "export"], action="append", help="only these (repeatable)")
     args = parser.parse_args()
 
@@ -132,6 +156,8 @@ def main() -> None:
     exporter = build_exporter(parts)
     mapper = parts.mapper
     runs, tools = rows(args.runs, args.tools)
+    if args.varied:
+        varied(runs, tools)
     batches = [runs[i : i + args.batch] for i in range(0, len(runs), args.batch)]
     spans = args.runs * (args.tools + 1)
 
@@ -154,7 +180,8 @@ def main() -> None:
     stages = {"read": read, "read + map": read_and_map, "export": export}
     figures = {name: cpu_per_span(stages[name], batches, spans, args.reps) for name in args.stage or stages}
     compiled = mapper.map_run.__class__.__name__ != "method"
-    print(f"{'compiled' if compiled else 'Python'} build, {spans:,} spans, medians of {args.reps}; CPU a span:")
+    rows_kind = "varied rows" if args.varied else "seeded rows"
+    print(f"{'compiled' if compiled else 'Python'} build, {spans:,} spans ({rows_kind}), medians of {args.reps}; CPU a span:")
     for name, micros in figures.items():
         print(f"  {name:<12} {micros:6.2f} µs")
     if sink.bytes:
