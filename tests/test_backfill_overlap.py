@@ -16,13 +16,12 @@ from sqlalchemy import insert
 from sqlalchemy.engine import make_url
 
 from run_otel.config import build_config
-from run_otel.export.encoding import FastEncoder
 from run_otel.export.sending import RequestSender
 from run_otel.export.sinks import Ack, ExportError
-from run_otel.export.wire import RunEncoder
+from run_otel.export.wire import RunEncoder, WireSpans
 from run_otel.factory import build_parts
 from run_otel.pipeline.backfill_pass import BackfillPass
-from run_otel.pipeline.results import Recorder
+from run_otel.pipeline.recorder import Recorder
 from run_otel.pipeline.run_export import RunExporter
 from run_otel.source.engine import make_engine
 from run_otel.source.schema import diagnosis_run, metadata
@@ -120,8 +119,8 @@ def _backfill(tmp_path, receiver: WaitingReceiver, recorder: Recorder | None = N
         }
     )
     parts = build_parts(config, sink=receiver, **({"recorder": recorder} if recorder else {}))
-    sender = RequestSender(receiver, parts.encoder, config.export.max_request_bytes, 128, lambda *_: None)
-    runs = RunEncoder(parts.mapper, FastEncoder({}))
+    sender = RequestSender(receiver, parts.frame, config.export.max_request_bytes, 128, lambda *_: None)
+    runs = RunEncoder(parts.mapper, WireSpans(parts.mapper.limits))
     exporter = NotingExporter(parts.source, runs, sender, parts.recorder, second=receiver.go)
     return BackfillPass(config.poll, config.shard, parts.source, exporter, parts.recorder)
 

@@ -19,12 +19,12 @@ from helpers import (
 from servers import wait_for
 
 from run_otel.config import build_config
-from run_otel.export.encoding import FastEncoder
+from run_otel.export.encoding import RequestFrame
 from run_otel.export.sending import RequestSender
 from run_otel.export.sinks import JsonFileSink
-from run_otel.export.wire import RunEncoder
+from run_otel.export.wire import RunEncoder, WireSpans
 from run_otel.factory import build_mapper, build_parts, build_poller
-from run_otel.pipeline.results import Recorder
+from run_otel.pipeline.recorder import Recorder
 from run_otel.pipeline.run_export import Prepared, RunExporter
 from run_otel.source.clock import SourceClock
 from run_otel.source.rows import RunRow, ToolRow
@@ -133,12 +133,12 @@ def _exporter(recorder: Recorder, out: Path | None = None) -> RunExporter:
     # Only the mapping runs here: the exporter reads nothing, it needs the source's clock alone; it
     # sends to a file when given one.
     source = SimpleNamespace(clock=clock)
-    encoder = FastEncoder({})
-    runs = RunEncoder(build_mapper(config, clock), encoder)
+    mapper = build_mapper(config, clock)
+    runs = RunEncoder(mapper, WireSpans(mapper.limits))
     sender = (
         None
         if out is None
-        else RequestSender(JsonFileSink(out), encoder, config.export.max_request_bytes, 128, recorder.spans_dropped)
+        else RequestSender(JsonFileSink(out), RequestFrame({}), config.export.max_request_bytes, 128, recorder.spans_dropped)
     )
     return RunExporter(source, runs, sender, recorder)  # type: ignore[arg-type]
 
@@ -158,7 +158,7 @@ def test_a_value_the_mapper_still_refuses_is_left_out_naming_its_column():
     run, tools = _rows(5, "five")
     recorder = DropRecorder()
     warnings: list[str] = []
-    mapped = _exporter(recorder)._map(run, tools, False, warnings, [])
+    mapped = _exporter(recorder)._map(run, tools, False, None, warnings, [])
     assert mapped is not None and len(mapped.encoded) == 3
     assert len(warnings) == 1 and warnings[0].startswith("tool_invocation 11: duration_ms could not be mapped (TypeError")
     assert recorder.dropped == []
@@ -171,7 +171,7 @@ def test_a_run_that_cannot_be_mapped_at_all_is_skipped_with_a_warning_and_counte
     with caplog.at_level(logging.WARNING, logger="run_otel"):
         # The rows as the mapper gets them: no reading catches a duration as text.
         prepared = Prepared()
-        assert exporter._map(run, tools, False, [], prepared.skipped) is None
+        assert exporter._map(run, tools, False, None, [], prepared.skipped) is None
         assert recorder.dropped == [] and not caplog.records  # told once the batch is sent
         result = exporter.deliver(prepared)
     assert result.dropped_spans == 3 and recorder.dropped == [("unmappable", 3)]

@@ -16,7 +16,7 @@ from servers import with_driver
 from sqlalchemy import create_engine, event
 
 from run_otel.config import build_config
-from run_otel.export.encoding import FastEncoder
+from run_otel.export.wire import WireSpans
 from run_otel.factory import build_mapper, build_source
 from run_otel.ops.demo import generate, insert_workload
 from run_otel.source.reader import ConnectionLost, Source
@@ -52,8 +52,9 @@ def _seed_usual_runs(agent_db, runs: int = 40) -> None:
 
 def _spans_and_warnings(url: str, **source) -> tuple[list[bytes], list[str], str]:
     config = build_config({"source": {"url": url, **source.pop("source", {})}, **source})
-    reader, encoder = build_source(config), FastEncoder({})
+    reader = build_source(config)
     mapper = build_mapper(config, reader.clock)
+    wire = WireSpans(mapper.limits)
     driver = type(reader.engine.raw_connection().driver_connection).__name__
     runs = reader.runs_after(0, 10_000)
     tools = reader.tools_for(r.run_id for r in runs)
@@ -62,7 +63,7 @@ def _spans_and_warnings(url: str, **source) -> tuple[list[bytes], list[str], str
     for row in runs:  # read by meaning, then mapped, as the poller does
         run = read_run(row, warnings)
         mapped = mapper.map_run(run, [read_tool(tool, warnings) for tool in tools[run.run_id]])
-        spans += [encoder.span(s) for s in mapped.spans]
+        spans += [wire.replay(s) for s in mapped.spans]
         warnings += mapped.warnings
     reader.close()
     return spans, warnings, driver

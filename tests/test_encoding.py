@@ -1,11 +1,13 @@
-"""The fast encoder writes exactly the bytes the protobuf runtime writes."""
+"""The wire encoder writes exactly the bytes the protobuf runtime writes, span and request."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from run_otel.export.encoding import FastEncoder, encode_request, encode_span
+from run_otel.export.encoding import RequestFrame, encode_request, encode_span
+from run_otel.export.wire import WireSpans
+from run_otel.mapping.limits import AttributeLimits
 from run_otel.mapping.span_data import SpanData
 
 text = st.text(max_size=40)
@@ -40,28 +42,30 @@ spans = st.builds(
 resources = st.dictionaries(st.text(min_size=1, max_size=20), text, max_size=5)
 
 
+# Limits no example reaches: these tests hold the encoding alone (tests/test_wire.py holds the cuts).
+LIMITS = AttributeLimits(value_length=10**6, list_length=10**6)
 # One encoder for every example, so its attribute cache is exercised across spans.
-SHARED = FastEncoder({}, cache_size=64)
+SHARED = WireSpans(LIMITS, cache_size=64)
 
 
 @settings(max_examples=400, deadline=None)
 @given(spans)
 def test_fast_span_bytes_equal_the_protobuf_runtime(span):
-    assert SHARED.span(span) == encode_span(span).SerializeToString()
+    assert SHARED.replay(span) == encode_span(span).SerializeToString()
 
 
 def test_the_attribute_cache_tells_equal_values_apart():
-    encoder = FastEncoder({})
+    wire = WireSpans(LIMITS)
     for value in (True, 1, 1.0, "1", ("1",), False, 0, 0.0, -0.0, 0.0):
         span = SpanData(b"\x01" * 16, b"\x02" * 8, b"", "n", 1, 2, (("k", value),))
-        assert encoder.span(span) == encode_span(span).SerializeToString(), value
+        assert wire.replay(span) == encode_span(span).SerializeToString(), value
 
 
 @settings(max_examples=150, deadline=None)
 @given(st.lists(spans, max_size=6), resources)
 def test_fast_request_bytes_equal_the_protobuf_runtime(batch, resource):
-    encoder = FastEncoder(resource)
-    fast = encoder.request([encoder.span(s) for s in batch])
+    wire = WireSpans(LIMITS)
+    fast = RequestFrame(resource).request([wire.replay(s) for s in batch])
     reference = encode_request([encode_span(s) for s in batch], resource).SerializeToString()
     assert fast == reference
 
@@ -70,8 +74,8 @@ def test_the_fast_bytes_parse_back():
     span = SpanData(b"\x01" * 16, b"\x02" * 8, b"", "invoke_agent x", 5, 9, (("k", "v"), ("n", -3)), 2, "boom")
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-    encoder = FastEncoder({"service.name": "svc"})
-    parsed = ExportTraceServiceRequest.FromString(encoder.request([encoder.span(span)]))
+    frame = RequestFrame({"service.name": "svc"})
+    parsed = ExportTraceServiceRequest.FromString(frame.request([WireSpans(LIMITS).replay(span)]))
     (decoded,) = parsed.resource_spans[0].scope_spans[0].spans
     assert decoded.name == "invoke_agent x" and decoded.attributes[1].value.int_value == -3
     assert decoded.status.message == "boom" and parsed.resource_spans[0].resource.attributes[0].key == "service.name"

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from run_otel.config import build_config
-from run_otel.export.encoding import FastEncoder
+from run_otel.export.wire import WireSpans
 from run_otel.factory import build_mapper, build_source
 from run_otel.source.clock import SourceClock
 from run_otel.source.evidence import Evidence
@@ -75,11 +75,12 @@ def test_the_database_summary_maps_to_the_same_spans_and_warnings_as_parsing(age
     parsed = [tool._replace(retrieval_details=text) for tool, text in zip(summarized, details)]
     for conventions in (["gen_ai"], ["gen_ai", "openinference"]):
         config = build_config({"source": {"url": agent_db.url}, "trace": {"conventions": conventions}})
-        mapper, encoder = build_mapper(config, SourceClock(config.source.timezone)), FastEncoder({})
+        mapper = build_mapper(config, SourceClock(config.source.timezone))
+        wire = WireSpans(mapper.limits)
         run = _run(run_id)
         from_database, from_python = mapper.map_run(run, summarized), mapper.map_run(run, parsed)
         assert from_database.warnings == from_python.warnings
-        assert [encoder.span(s) for s in from_database.spans] == [encoder.span(s) for s in from_python.spans]
+        assert [wire.replay(s) for s in from_database.spans] == [wire.replay(s) for s in from_python.spans]
 
 
 def _is_object(text: str | None) -> bool:

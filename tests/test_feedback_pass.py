@@ -18,7 +18,7 @@ from run_otel.config import build_config
 from run_otel.factory import build_feedback, build_parts, build_poller
 from run_otel.mapping.span_data import root_span_id_for, trace_id_for
 from run_otel.pipeline.feedback import FeedbackResult
-from run_otel.pipeline.results import Recorder
+from run_otel.pipeline.recorder import Recorder
 from run_otel.sharding import in_shard
 from run_otel.source.engine import make_engine
 from run_otel.source.schema import diagnosis_run, metadata

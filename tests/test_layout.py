@@ -24,7 +24,7 @@ PACKAGE = Path(run_otel.__file__).parent
 
 # Earlier entries are lower: each may import only itself and what comes before it.
 LAYERS = [
-    ["__init__", "otel_env", "config", "sharding"],
+    ["__init__", "otel_env", "config", "sharding", "backoff"],
     ["source"],
     ["mapping"],
     ["export"],

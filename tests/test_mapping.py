@@ -15,7 +15,7 @@ from run_otel.factory import build_mapper
 from run_otel.mapping import attributes as A
 from run_otel.mapping.content import is_content_attribute
 from run_otel.mapping.span_data import STATUS_ERROR, STATUS_OK, STATUS_UNSET
-from run_otel.mapping.spans import Mapper
+from run_otel.mapping.spans import Late, Mapper
 from run_otel.source.clock import SourceClock
 from run_otel.source.rows import RunRow, ToolRow
 
@@ -590,7 +590,7 @@ def test_a_late_finish_carries_no_rating_and_is_byte_identical_rated_or_not():
     tools = [make_tool(1), make_tool(2)]
 
     def late(feedback: str | None) -> list:
-        return mapper_for(config).map_late(make_run(feedback=feedback), tools, {2}, completed=True).spans
+        return mapper_for(config).map_run(make_run(feedback=feedback), tools, late=Late(frozenset({2}), True)).spans
 
     rated = late("DOWN")
     completion = next(span for span in rated if span.name.endswith(A.COMPLETION_SUFFIX))

@@ -441,7 +441,7 @@ def test_the_history_and_the_daemon_count_each_run_once_across_the_cutover(tmp_p
 def test_the_tee_passes_every_recorder_call_to_each_recorder():
     """The backfill's live metrics and history share one Tee: a Recorder method it did not pass on
     would leave one of them silent."""
-    from run_otel.pipeline.results import Recorder, Tee
+    from run_otel.pipeline.recorder import Recorder, Tee
 
     calls: list[tuple[int, str, tuple]] = []
 

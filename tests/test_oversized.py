@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry
 from servers import Collector, Receiver, wait_for
 
 from run_otel.config import build_config
+from run_otel.export.wire import WireSpans
 from run_otel.factory import build_parts, build_poller
 from run_otel.mapping import attributes as A
 from run_otel.ops.demo import generate, insert_workload
@@ -132,7 +133,8 @@ def test_a_run_larger_than_the_collector_takes_goes_out_in_pieces_and_the_runs_b
     tools_read = [read_tool(tool, warnings) for tool in parts.source.tools_for([big_run])[big_run]]
     mapped = parts.mapper.map_run(read_run(run, warnings), tools_read)
     assert len(mapped.spans) == 1001
-    assert sum(len(parts.encoder.span(s)) for s in mapped.spans) > 2 * GRPC_LIMIT
+    wire = WireSpans(parts.mapper.limits)
+    assert sum(len(wire.replay(s)) for s in mapped.spans) > 2 * GRPC_LIMIT
 
     done = run_cli("once", "--config", str(path))
     assert done.returncode == 0, done.stderr

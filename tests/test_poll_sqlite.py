@@ -147,7 +147,7 @@ def test_a_bad_row_warns_once_when_its_run_is_sent_not_at_each_failed_try(tmp_pa
     from sqlalchemy import update
 
     from run_otel.export.sinks import ExportError
-    from run_otel.pipeline.results import Recorder
+    from run_otel.pipeline.recorder import Recorder
 
     class Counting(Recorder):
         warnings = 0

@@ -6,14 +6,17 @@ from __future__ import annotations
 import logging
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from run_otel.export.encoding import FastEncoder
+from run_otel.export.encoding import RequestFrame
 from run_otel.export.sending import RequestSender
 from run_otel.export.sinks import Ack, TooLarge
-from run_otel.export.wire import RunSpans
+from run_otel.export.wire import RunSpans, WireSpans
+from run_otel.mapping.limits import AttributeLimits
 from run_otel.mapping.span_data import SpanData
 
-ENCODER = FastEncoder({"service.name": "diagnosis-agent"})
+ENCODER = RequestFrame({"service.name": "diagnosis-agent"})
+WIRE = WireSpans(AttributeLimits())
 
 
 class LimitedReceiver:
@@ -44,17 +47,19 @@ class LimitedReceiver:
 
 def _runs(count: int) -> list[RunSpans]:
     return [
-        RunSpans.of(
+        RunSpans(
             f"run-{n}",
-            [SpanData(bytes([n]) * 16, bytes([n, i]) * 4, b"", f"span {i}", 1, 2, (("payload", "x" * 1000),)) for i in range(3)],
-            ENCODER,
+            [
+                WIRE.replay(SpanData(bytes([n]) * 16, bytes([n, i]) * 4, b"", f"span {i}", 1, 2, (("payload", "x" * 1000),)))
+                for i in range(3)
+            ],
         )
         for n in range(1, 11)
     ]
 
 
 def _ids(runs) -> list[bytes]:
-    return [run.span(i).span_id for run in runs for i in range(len(run.encoded))]
+    return [Span.FromString(encoded).span_id for run in runs for encoded in run.encoded]
 
 
 def test_spans_are_packed_under_max_request_bytes():

@@ -13,7 +13,7 @@ from prometheus_client import generate_latest
 
 from run_otel.factory import build_metrics, build_parts, build_poller, build_store
 from run_otel.ops.check import WARN, run_checks
-from run_otel.pipeline.results import Recorder
+from run_otel.pipeline.recorder import Recorder
 from run_otel.source.readings import Unreadable, as_count, as_flag
 
 FAILED = ("false", "FALSE", "no", "0", "n")

@@ -2,7 +2,8 @@
 
 For any rows, ``RunEncoder.encode`` (rows straight to OTLP bytes) gives, span for span, what
 ``Mapper.map_run`` and the protobuf messages of ``encode_span`` give, with the same warnings:
-content capture on and off, both profiles, small limits that cut, the tool-span cap.
+content capture on and off, both profiles, small limits that cut, the tool-span cap, and what an
+exported run sends later (its late tool rows, its late completion).
 """
 
 from __future__ import annotations
@@ -16,10 +17,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from run_otel.config import build_config
-from run_otel.export.encoding import FastEncoder, encode_span
-from run_otel.export.wire import OverLimits, RunEncoder, WireSpans
+from run_otel.export.encoding import encode_span
+from run_otel.export.wire import RunEncoder, WireSpans
 from run_otel.factory import build_mapper
+from run_otel.mapping import attributes as A
 from run_otel.mapping.limits import AttributeLimits
+from run_otel.mapping.span_data import SpanData
+from run_otel.mapping.span_out import ReadableSpans
+from run_otel.mapping.spans import Late, Mapper
 from run_otel.source.clock import SourceClock
 from run_otel.source.rows import RunRow, ToolRow
 
@@ -104,25 +109,30 @@ def _pair(raw: dict):
     key = json.dumps(raw, sort_keys=True)
     if key not in ENCODERS:
         mapper = build_mapper(build_config(raw), SourceClock("UTC"))
-        ENCODERS[key] = (mapper, RunEncoder(mapper, FastEncoder({})))
+        ENCODERS[key] = (mapper, RunEncoder(mapper, WireSpans(mapper.limits)))
     return ENCODERS[key]
 
 
+late_sends = st.none() | st.builds(Late, st.frozensets(st.integers(1, 2**40), max_size=3), st.booleans())
+
+
 @settings(max_examples=300, deadline=None)
-@given(settings_for, runs, st.lists(tools, max_size=4), st.booleans())
-def test_a_runs_wire_bytes_equal_the_protobuf_runtimes_for_its_readable_spans(raw, run, tool_rows, incomplete):
+@given(settings_for, runs, st.lists(tools, max_size=4), st.booleans(), late_sends, st.data())
+def test_a_runs_wire_bytes_equal_the_protobuf_runtimes_for_its_readable_spans(raw, run, tool_rows, incomplete, late, data):
     mapper, runs_encoder = _pair(raw)
-    mapped = mapper.map_run(run, tool_rows, incomplete)
+    if late is not None and tool_rows:  # some of the run's own rows came late
+        late = late._replace(tool_ids=late.tool_ids | {data.draw(st.sampled_from([t.id for t in tool_rows]))})
+    incomplete = incomplete and late is None
+    mapped = mapper.map_run(run, tool_rows, incomplete, late)
     try:
         expected = [encode_span(span).SerializeToString() for span in mapped.spans]
     except ValueError:  # a time before 1970 that no OTLP field holds: the exporter leaves a value out
         with pytest.raises((ValueError, struct.error)):
-            runs_encoder.encode(run, tool_rows, incomplete)
+            runs_encoder.encode(run, tool_rows, incomplete, late)
         return
-    encoded, warnings = runs_encoder.encode(run, tool_rows, incomplete)
+    encoded, warnings = runs_encoder.encode(run, tool_rows, incomplete, late)
     assert encoded.encoded == expected
     assert warnings == mapped.warnings
-    assert [encoded.span(i) for i in range(len(encoded.encoded))] == mapped.spans
 
 
 def _bench_rows() -> tuple[RunRow, list[ToolRow]]:
@@ -134,40 +144,33 @@ def _bench_rows() -> tuple[RunRow, list[ToolRow]]:
     return run, [rag, failed]
 
 
-def test_a_run_within_the_limits_takes_the_one_pass_and_makes_no_span_object():
-    mapper, runs_encoder = _pair({})
-    run, tool_rows = _bench_rows()
-    encoded, _ = runs_encoder.encode(run, tool_rows)
-    # The readable spans are made only when asked for (a cut, a warning naming a span).
-    assert encoded._spans is None
-    assert encoded.encoded == [encode_span(s).SerializeToString() for s in mapper.map_run(run, tool_rows).spans]
-
-
-def test_a_value_past_the_limits_sends_its_run_the_readable_way():
+def test_a_run_past_the_limits_is_mapped_once_and_cut_as_the_readable_spans_are(monkeypatch):
     mapper, runs_encoder = _pair({"trace": {"max_attribute_length": 5}})
     run, tool_rows = _bench_rows()
+    expected = [encode_span(s).SerializeToString() for s in mapper.map_run(run, tool_rows).spans]
+    calls = []
+    real = Mapper.map_into
+    monkeypatch.setattr(Mapper, "map_into", lambda *args: calls.append(1) or real(*args))
     encoded, _ = runs_encoder.encode(run, tool_rows)
-    assert encoded._spans is not None  # the readable way, which the limits' cuts are written for
-    assert encoded.encoded == [encode_span(s).SerializeToString() for s in mapper.map_run(run, tool_rows).spans]
+    assert encoded.encoded == expected
+    assert len(calls) == 1  # one pass, even past the limits: the wire cuts as it writes
+    cut_records = [s for s in expected if A.RUN_OTEL_ATTRIBUTES_CUT.encode() in s]
+    assert len(cut_records) == len(expected)  # the precondition: every span was cut
 
 
-def test_the_wire_out_refuses_what_the_limits_would_cut():
+def test_the_wire_cuts_what_the_limits_cut_as_the_readable_spans_do():
     limits = AttributeLimits(value_length=4, list_length=2)
-    for key, value in (("k", "12345"), ("k", ("a", "b", "c")), ("k", ("12345",)), ("retrieval.documents.2.document.id", "x")):
-        out = WireSpans(limits)
-        out.begin()
-        out.put(key, value)
-        try:
-            out.finish(b"\x01" * 16, b"\x02" * 8, b"", "n", 1, 2, (0, "", ()), None)
-        except OverLimits:
-            continue
-        raise AssertionError(f"{key}={value!r} passed the limits")
+    cases = (("k", "12345"), ("k", ("a", "b", "c")), ("k", ("12345",)), ("retrieval.documents.2.document.id", "x"))
+    for key, value in cases:
+        assert not limits.fits(key, value)  # the precondition: each is past the limits
+        span = SpanData(b"\x01" * 16, b"\x02" * 8, b"", "n", 1, 2, ((key, value), ("kept", "ok")))
+        readable = ReadableSpans(limits).replay(span)
+        assert readable != span
+        assert WireSpans(limits).replay(span) == encode_span(readable).SerializeToString(), (key, value)
 
 
 def test_the_value_caches_tell_equal_values_apart():
     out = WireSpans(AttributeLimits())
-    from run_otel.mapping.span_data import SpanData
-
     for value in (True, 1, False, 0, "1", 0.0, -0.0):
         out.begin()
         out.put("k", value)

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING
 
 from .config import Config
 from .export import sinks
-from .export.encoding import FastEncoder, resource_attributes
+from .export.encoding import RequestFrame, resource_attributes
 from .export.logrecords import LogRecordSender, build_log_sink
 from .export.sending import RequestSender
 from .export.sinks import Sink
-from .export.wire import RunEncoder
+from .export.wire import RunEncoder, WireSpans
 from .mapping.content import ContentPolicy
 from .mapping.evaluation import Evaluations
 from .mapping.masking import configured_secrets
@@ -33,7 +33,7 @@ from .pipeline.late_rows import LatePass
 from .pipeline.lease import MySqlLease
 from .pipeline.named_lock import lock_name
 from .pipeline.poller import Poller
-from .pipeline.results import Recorder
+from .pipeline.recorder import Recorder
 from .pipeline.run_export import RunExporter
 from .pipeline.store_lock import StoreLock, store_lock
 from .sharding import shard_name
@@ -64,7 +64,7 @@ class Parts:
     sink: Sink
     store: CheckpointStore
     mapper: Mapper
-    encoder: FastEncoder
+    frame: RequestFrame
     recorder: Recorder
 
     def close(self) -> None:
@@ -147,23 +147,27 @@ def build_parts(
         sink or build_sink(config),
         store or build_store(config),
         build_mapper(config, source.clock),
-        FastEncoder(_resource(config)),
+        RequestFrame(_resource(config)),
         recorder or Recorder(),
     )
 
 
-def build_exporter(parts: Parts) -> RunExporter:
-    config = parts.config
-    recorder = parts.recorder
-    sender = RequestSender(
+def build_sender(parts: Parts) -> RequestSender:
+    """Spans into requests under export.max_request_bytes, to the parts' sink: runs and ratings alike."""
+    config, recorder = parts.config, parts.recorder
+    return RequestSender(
         parts.sink,
-        parts.encoder,
+        parts.frame,
         config.export.max_request_bytes,
         config.trace.max_list_length,
         recorder.spans_dropped,
         recorder.request_acknowledged,
     )
-    return RunExporter(parts.source, RunEncoder(parts.mapper, parts.encoder), sender, parts.recorder)
+
+
+def build_exporter(parts: Parts) -> RunExporter:
+    runs = RunEncoder(parts.mapper, WireSpans(parts.mapper.limits))
+    return RunExporter(parts.source, runs, build_sender(parts), parts.recorder)
 
 
 def build_poller(parts: Parts, keep_going: Callable[[], bool] = lambda: True, clock: Callable[[], float] | None = None) -> Poller:
@@ -197,7 +201,8 @@ def build_ratings(parts: Parts) -> FeedbackSender | None:
     if config.feedback.log_records:
         log_records = LogRecordSender(build_log_sink(config.export), _resource(config), parts.recorder.export_failed)
     evaluations = Evaluations(config.feedback, parts.source.clock, "openinference" in config.trace.conventions)
-    return FeedbackSender(evaluations, parts.encoder, parts.sink, log_records, _phoenix(config))
+    wire = WireSpans(parts.mapper.limits)
+    return FeedbackSender(evaluations, wire, build_sender(parts), log_records, _phoenix(config))
 
 
 def build_feedback(parts: Parts, clock: Callable[[], float] | None = None) -> FeedbackPass | None:

@@ -19,7 +19,8 @@ from rich.text import Text
 from ..config import Config
 from ..mapping import attributes as A
 from ..mapping.span_data import STATUS_ERROR, MappedRun, SpanData
-from ..pipeline.results import PollResult, Recorder
+from ..pipeline.recorder import Recorder
+from ..pipeline.results import PollResult
 
 if TYPE_CHECKING:
     from ..ops.operations import RunTrace

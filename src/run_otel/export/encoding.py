@@ -84,13 +84,14 @@ def encode_request(spans: Iterable[Span], resource: Mapping[str, str]) -> Export
     )
 
 
-# -- the fast path: spans straight to OTLP wire bytes -----------------------------------
+# -- the fields, straight as OTLP wire bytes ---------------------------------------------
 #
 # Building protobuf message objects costs more than everything else the bridge
-# does per span. This writes the same bytes directly: fields in field-number
+# does per span. These write the same bytes directly: fields in field-number
 # order, proto3 defaults omitted, oneof values always written, exactly as the
-# protobuf runtime serializes `encode_span` / `encode_request`. A property test
-# (tests/test_encoding.py) holds the two byte-identical.
+# protobuf runtime serializes `encode_span` / `encode_request`, which stay only
+# as the reference the property tests (tests/test_wire.py, tests/test_encoding.py)
+# hold them to. ``wire.py`` puts them together into spans.
 
 _pack_fixed64 = struct.Struct("<Q").pack
 _pack_double = struct.Struct("<d").pack
@@ -194,18 +195,13 @@ def name_field(name: str) -> bytes:
     return _field(b"\x2a", name.encode("utf-8", "replace")) if name else b""
 
 
-class FastEncoder:
-    """SpanData to serialized OTLP, caching the encoded attributes.
+class RequestFrame:
+    """What surrounds the spans of every request: the resource, the scope and the nesting.
 
-    Most attribute values repeat (operation and tool names, layers, the run id
-    on every span of a trace), so whole KeyValue messages are cached; the cache
-    is dropped when it grows past ``cache_size`` to keep memory bounded.
-    """
+    The spans come as bytes (``wire.py``); a request is joined once, the nesting's
+    lengths added up rather than each level copied."""
 
-    def __init__(self, resource: Mapping[str, str], cache_size: int = 50_000):
-        self._keys: dict[str, bytes] = {}
-        self._kv_cache: dict[tuple, bytes] = {}
-        self._cache_size = cache_size
+    def __init__(self, resource: Mapping[str, str]):
         # The scope comes from the reference encoder, so it is defined in one place.
         reference_scope = encode_request((), resource).resource_spans[0].scope_spans[0].scope
         self._scope = _field(b"\x0a", reference_scope.SerializeToString())
@@ -214,35 +210,8 @@ class FastEncoder:
             b"\x0a", b"".join(_field(b"\x0a", key_field(k) + _field(b"\x12", _any_value_bytes(v))) for k, v in resource.items())
         )
 
-    def _key_field(self, key: str) -> bytes:
-        field = self._keys.get(key)
-        if field is None:
-            field = self._keys[key] = key_field(key)
-        return field
-
-    def span(self, span: SpanData) -> bytes:
-        head = span_head(span.trace_id, span.span_id, span.parent_span_id, name_field(span.name), span.start_ns, span.end_ns)
-        cache = self._kv_cache
-        attributes = []
-        for key, value in span.attributes:
-            # Equal values can encode differently: True == 1 (so the class is
-            # in the key) and 0.0 == -0.0 (so a float is keyed by its repr).
-            cls = value.__class__
-            cache_key = (key, cls, repr(value) if cls is float else value)
-            field = cache.get(cache_key)
-            if field is None:
-                field = attribute_field(self._key_field(key), value)
-                if len(cache) >= self._cache_size:
-                    cache.clear()
-                cache[cache_key] = field
-            attributes.append(field)
-        events = [event_field(at_ns, event_body(name, attrs)) for name, at_ns, attrs in span.events]
-        return span_bytes(head, attributes, span.dropped_attributes_count, events, span.status_code, span.status_message)
-
     def request(self, spans: list[bytes]) -> bytes:
-        """An ExportTraceServiceRequest holding the encoded spans, serialized.
-
-        Joined once: the nesting's lengths are added up rather than each level copied."""
+        """An ExportTraceServiceRequest holding the encoded spans, serialized."""
         middle: list[bytes] = [b""]
         size = 0
         for span in spans:

@@ -4,7 +4,7 @@ done when a receiver still refuses one as too large.
 No run stops the pipeline: a run's spans may go out in several requests; a span too
 large for any request is cut (see :mod:`limits`). A request the receiver refuses for
 its size is never sent again unchanged: it is split in halves, down to single spans;
-a single span is cut to half its size, again and again; and only a span that is too
+a single span is cut to half its size, again and again (``cut.py``); and only a span that is too
 large even without any attribute is dropped, with a WARNING naming its run and
 ``run_otel_dropped_spans_total{reason="too_large"}``. The batch then goes on.
 """
@@ -15,9 +15,8 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from ..mapping.limits import cut_to
-from ..mapping.span_data import SpanData
-from .encoding import FastEncoder
+from .cut import cut_span, named
+from .encoding import RequestFrame
 from .sinks import Ack, Sink, TooLarge
 from .wire import RunSpans
 
@@ -36,21 +35,15 @@ class Sent:
     dropped: int = 0  # spans run-otel gave up on
 
 
-# A span in a request: its run, its place in the run, its bytes, and the span as cut to fit
-# if it was. A plain tuple: one is made for every span sent.
-_Item = tuple[RunSpans, int, bytes, SpanData | None]
-
-
-def _span(item: _Item) -> SpanData:
-    run, at, _encoded, cut = item
-    return cut if cut is not None else run.span(at)
+# A span in a request: its run's id and its bytes. A plain tuple: one is made for every span sent.
+_Item = tuple[str, bytes]
 
 
 class RequestSender:
     def __init__(
         self,
         sink: Sink,
-        encoder: FastEncoder,
+        frame: RequestFrame,
         max_request_bytes: int,
         list_length: int,
         on_drop: Callable[[str, int], None],
@@ -58,11 +51,11 @@ class RequestSender:
     ):
         self._sink = sink
         self._on_ack = on_ack
-        self._encoder = encoder
+        self._frame = frame
         self._list_length = list_length
         self._on_drop = on_drop
         # The resource, scope and nesting around the spans, with room for their lengths to grow.
-        self._room = max_request_bytes - len(encoder.request([])) - 16
+        self._room = max_request_bytes - len(frame.request([])) - 16
         if max_request_bytes > GRPC_DEFAULT_LIMIT:
             log.warning(
                 "export.max_request_bytes is %d, above the 4 MiB most receivers accept: a receiver that "
@@ -78,20 +71,19 @@ class RequestSender:
         budget = self._room - _FRAME
         for run in runs:
             cut = 0
-            for index, encoded in enumerate(run.encoded):
-                item: _Item = (run, index, encoded, None)
+            for encoded in run.encoded:
                 if len(encoded) > budget:
-                    fitted = cut_to(run.span(index), budget, self._encoder.span, self._list_length)
+                    fitted = cut_span(encoded, budget, self._list_length)
                     if fitted is None:
-                        self._drop(item, sent, "even its name and status exceed export.max_request_bytes")
+                        self._drop((run.run_id, encoded), sent, "even its name and status exceed export.max_request_bytes")
                         continue
                     cut += 1
-                    item = (run, index, fitted[1], fitted[0])
-                if batch and size + len(item[2]) + _FRAME > self._room:
+                    encoded = fitted
+                if batch and size + len(encoded) + _FRAME > self._room:
                     self._send(batch, sent)
                     batch, size = [], 0
-                batch.append(item)
-                size += len(item[2]) + _FRAME
+                batch.append((run.run_id, encoded))
+                size += len(encoded) + _FRAME
             if cut:
                 log.warning(
                     "run %s: %d of its %d spans were cut to fit export.max_request_bytes; %s on each names what was removed",
@@ -105,7 +97,7 @@ class RequestSender:
         return sent
 
     def _send(self, items: list[_Item], sent: Sent, split: bool = False) -> None:
-        request = self._encoder.request([item[2] for item in items])
+        request = self._frame.request([item[1] for item in items])
         try:
             ack = self._sink.send(request)
         except TooLarge as exc:
@@ -130,24 +122,22 @@ class RequestSender:
 
     def _shrink(self, item: _Item, sent: Sent, why: str) -> None:
         """One span the receiver refused: cut to half its size until it is accepted, or dropped."""
-        run, _at, encoded_before, _cut = item
+        run_id, encoded_before = item
         budget = len(encoded_before) // 2
         while True:
-            fitted = cut_to(_span(item), budget, self._encoder.span, self._list_length)
-            if fitted is None:
+            encoded = cut_span(encoded_before, budget, self._list_length)
+            if encoded is None:
                 self._drop(item, sent, f"the receiver refused it as too large even without its attributes ({why})")
                 return
-            span, encoded = fitted
             try:
-                ack = self._sink.send(self._encoder.request([encoded]))
+                ack = self._sink.send(self._frame.request([encoded]))
             except TooLarge:
                 budget = len(encoded) // 2
                 continue
             log.warning(
-                "run %s: span %s (%s) cut from %d to %d bytes: the receiver refused it as too large",
-                run.run_id,
-                _span(item).span_id.hex(),
-                _span(item).name,
+                "run %s: span %s cut from %d to %d bytes: the receiver refused it as too large",
+                run_id,
+                named(encoded_before),
                 len(encoded_before),
                 len(encoded),
             )
@@ -157,13 +147,7 @@ class RequestSender:
             return
 
     def _drop(self, item: _Item, sent: Sent, why: str) -> None:
-        log.warning(
-            "run %s: dropped span %s (%s): %s; the export goes on without it",
-            item[0].run_id,
-            _span(item).span_id.hex(),
-            _span(item).name,
-            why,
-        )
+        log.warning("run %s: dropped span %s: %s; the export goes on without it", item[0], named(item[1]), why)
         sent.dropped += 1
         self._on_drop(TOO_LARGE, 1)
 

@@ -31,6 +31,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
+from ..backoff import Backoff
 from ..config import ExportConfig
 from .deadline import Deadline
 from .transport import Tls, explain, grpc_target, traces_tls
@@ -84,11 +85,10 @@ MAX_SERVER_DELAY = 30.0
 def _with_retries(attempt: Callable[[], Ack], attempts: int, describe: str, rng: random.Random | None = None) -> Ack:
     """Runs ``attempt`` until it acks, a non-retryable error, or ``attempts`` run out.
 
-    Waits the delay the receiver asked for when it gave one, else exponential
-    backoff from 0.5 s with +-20% jitter, so many senders do not retry in step.
+    Waits the delay the receiver asked for when it gave one, else the backoff
+    from 0.5 s up to 8 s, with jitter so many senders do not retry in step.
     """
-    rng = rng or random.Random()
-    backoff = 0.5
+    backoff = Backoff(0.5, 8.0, rng=rng or random.Random())
     for number in range(1, attempts + 1):
         try:
             return attempt()
@@ -98,10 +98,9 @@ def _with_retries(attempt: Callable[[], Ack], attempts: int, describe: str, rng:
             if exc.after is not None:
                 delay, why = min(exc.after, MAX_SERVER_DELAY), "as the receiver asked"
             else:
-                delay, why = backoff * rng.uniform(0.8, 1.2), "backoff"
+                delay, why = backoff.delay(number), "backoff"
             log.warning("export to %s failed (%s); retrying in %.1fs (%s)", describe, exc, delay, why)
             time.sleep(delay)
-            backoff = min(backoff * 2, 8.0)
     raise AssertionError("unreachable")  # pragma: no cover
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from ..config import TraceConfig
 from ..source.clock import SourceClock
@@ -45,6 +46,16 @@ _OUTCOMES = {
 _INCOMPLETE = (STATUS_ERROR, A.ERROR_RUN_INCOMPLETE, "run did not finish in time")
 
 _NS_PER_MS = 1_000_000
+
+
+class Late(NamedTuple):
+    """What an exported run sends later: its tool rows committed since, and whether a run sent as
+    incomplete has finished (its outcome then goes out as a child of the root)."""
+
+    tool_ids: frozenset[int]
+    completed: bool
+
+
 # Longer error messages are redacted every time rather than held as memo keys.
 _MEMO_MAX_CHARS = 1024
 
@@ -73,15 +84,23 @@ class Mapper:
 
     # -- the run ------------------------------------------------------------
 
-    def map_run(self, run: RunRow, tools: Sequence[ToolRow], incomplete: bool = False) -> MappedRun:
-        spans, warnings = self.map_into(self._readable, run, tools, incomplete)
+    def map_run(self, run: RunRow, tools: Sequence[ToolRow], incomplete: bool = False, late: Late | None = None) -> MappedRun:
+        """The readable spans ``map_into`` makes: for ``show``, the tests and the reference encoder."""
+        spans, warnings = self.map_into(self._readable, run, tools, incomplete, late)
         return MappedRun(spans, warnings)
 
     def map_into(
-        self, out: SpanOut[T], run: RunRow, tools: Sequence[ToolRow], incomplete: bool = False
+        self, out: SpanOut[T], run: RunRow, tools: Sequence[ToolRow], incomplete: bool = False, late: Late | None = None
     ) -> tuple[list[T], list[str]]:
-        """The run's spans, root first, as ``out`` makes them, and the warnings its rows raised."""
+        """The run's spans, root first, as ``out`` makes them, and the warnings its rows raised.
+
+        With ``late``, what an exported run sends later instead: the spans of its tool rows in
+        ``late.tool_ids`` and, once a run sent as incomplete has finished, a child of the root with
+        its final outcome. The root is never sent again: with a new extent or status it would be a
+        second, different span with the same id, which Jaeger shows twice. ``tools`` are then all of
+        the run's rows, and only the late ones warn (the others warned at the run's export)."""
         warnings: list[str] = []
+        quiet = [] if late is not None else warnings
         trace_id = trace_id_for(run.run_id)
         root_id = root_span_id_for(run.run_id)
         kept = tools[: self._cap]
@@ -89,47 +108,24 @@ class Mapper:
         spans: list[T] = []
         bounds: list[tuple[int, int]] = []
         for tool in kept:
-            times = self._tool_times(tool, fallback_ns, warnings)
-            spans.append(self._tool_span(out, run, tool, trace_id, root_id, times, warnings))
+            sending = late is None or tool.id in late.tool_ids
+            times = self._tool_times(tool, fallback_ns, warnings if sending else quiet)
             bounds.append((times[0], times[1]))
-        start_ns, end_ns = self._run_bounds(run, fallback_ns, bounds, warnings)
+            if sending:
+                spans.append(self._tool_span(out, run, tool, trace_id, root_id, times, warnings))
+        if late is not None and not late.completed:
+            return spans, warnings
+        start_ns, end_ns = self._run_bounds(run, fallback_ns, bounds, quiet)
         out.begin()
         self._run_attributes(out, run, incomplete, len(tools) - len(kept))
         name = f"{A.OPERATION_INVOKE_AGENT} {self._agent_name}"
-        spans.insert(
-            0, out.finish(trace_id, root_id, b"", name, start_ns, end_ns, self._run_status(run, incomplete, end_ns), None)
-        )
-        return spans, warnings
-
-    def map_late(self, run: RunRow, tools: Sequence[ToolRow], late_ids: set[int], completed: bool) -> MappedRun:
-        """What an exported run sends later: the spans of its tool rows in ``late_ids`` and, once
-        a run sent as incomplete has finished, a child of the root with its final outcome.
-
-        The root is never sent again: with a new extent or status it would be a second, different
-        span with the same id, which Jaeger shows twice. ``tools`` are all of the run's rows."""
-        out = self._readable
-        warnings: list[str] = []
-        trace_id, root_id = trace_id_for(run.run_id), root_span_id_for(run.run_id)
-        fallback_ns = self._run_start_ns(run, warnings)
-        kept = tools[: self._cap]
-        spans = [
-            self._tool_span(out, run, t, trace_id, root_id, self._tool_times(t, fallback_ns, warnings), warnings)
-            for t in kept
-            if t.id in late_ids
-        ]
-        if completed:
-            quiet: list[str] = []  # the rows sent before warned at their own export
-            bounds = [self._tool_times(t, fallback_ns, quiet)[:2] for t in kept]
-            start_ns, end_ns = self._run_bounds(run, fallback_ns, bounds, quiet)
-            out.begin()
-            self._run_attributes(out, run, False, len(tools) - len(kept))
+        span_id, parent_id = root_id, b""
+        if late is not None:
             out.put(A.RUN_COMPLETED_LATE, True)
-            name = f"{A.OPERATION_INVOKE_AGENT} {self._agent_name} {A.COMPLETION_SUFFIX}"
-            status = self._run_status(run, False, end_ns)
-            spans.insert(
-                0, out.finish(trace_id, completion_span_id_for(run.run_id), root_id, name, start_ns, end_ns, status, None)
-            )
-        return MappedRun(spans, warnings)
+            name, span_id, parent_id = f"{name} {A.COMPLETION_SUFFIX}", completion_span_id_for(run.run_id), root_id
+        status = self._run_status(run, incomplete, end_ns)
+        spans.insert(0, out.finish(trace_id, span_id, parent_id, name, start_ns, end_ns, status, None))
+        return spans, warnings
 
     def _run_start_ns(self, run: RunRow, warnings: list[str]) -> int:
         start = self._epoch_ns(run.created_at)

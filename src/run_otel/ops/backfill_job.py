@@ -16,7 +16,8 @@ from ..export.sinks import ExportError
 from ..factory import build_backfill, build_history, build_parts, build_source, start_metrics
 from ..mapping.span_data import trace_id_for
 from ..pipeline.backfill import Plan, Window, order_warning, plan, resume_hint
-from ..pipeline.results import PollResult, Recorder, Tee
+from ..pipeline.recorder import Recorder, Tee
+from ..pipeline.results import PollResult
 from ..source.clock import zone_finding
 from ..source.reader import Source, SourceError
 from .metrics_history import MetricsRequest, Written, warn_step, write_history

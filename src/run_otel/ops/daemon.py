@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from .. import __version__
+from ..backoff import Backoff
 from ..config import Config
 from ..export.sinks import ExportError
 from ..export.transport import transport_warnings
@@ -68,7 +69,8 @@ class Daemon:
         """``fresh`` reads the config again, for SIGHUP; without it the signal re-reads only the password file."""
         self._config = config
         self._reloader = Reloader(config, fresh or (lambda: config))
-        self._rng = rng or random.Random()
+        poll = config.poll
+        self._backoff = Backoff(poll.retry_initial_seconds, poll.retry_max_seconds, rng=rng or random.Random())
         self._stop = threading.Event()
         self._failures = 0
         self._retry_at = 0.0
@@ -169,7 +171,7 @@ class Daemon:
         """Any failure in a tick, known or not: one line, then the next try after a backoff,
         never at once, so a batch whose checkpoint cannot be saved is not re-sent every tick."""
         self._failures += 1
-        delay = self._backoff(self._failures)
+        delay = self._backoff.delay(self._failures)
         self._retry_at = time.monotonic() + delay
         self._wake_at(time.time() + delay, "retry")
         if isinstance(exc, ExportError) and self._scheduler is not None and self._scheduler.get_job("probe") is None:
@@ -214,12 +216,6 @@ class Daemon:
             return
         self.feedback.run()
         self._feedback_due = time.monotonic() + self._config.feedback.interval_seconds
-
-    def _backoff(self, failures: int) -> float:
-        """Exponential from retry_initial to retry_max, with +-20% jitter so replicas spread out."""
-        poll = self._config.poll
-        base = min(poll.retry_initial_seconds * 2 ** (failures - 1), poll.retry_max_seconds)
-        return base * self._rng.uniform(0.8, 1.2)
 
     def _wake_at(self, at: float, job_id: str) -> None:
         if self._scheduler is None:

@@ -13,7 +13,8 @@ from pathlib import Path
 from ..config import Config
 from ..export.sinks import Sink
 from ..factory import build_demo_sink, build_parts, build_poller
-from ..pipeline.results import PollResult, Recorder
+from ..pipeline.recorder import Recorder
+from ..pipeline.results import PollResult
 from .demo import Workload, demo_config, generate, interesting_runs, seed_demo_database
 from .operations import RunTrace, run_traces
 

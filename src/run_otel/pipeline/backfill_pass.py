@@ -20,7 +20,8 @@ from ..source.rows import FeedbackRow, RunRow, ToolRow, is_terminal
 from .feedback import FeedbackSender
 from .gc_policy import BatchCollection
 from .readahead import ReadAhead
-from .results import PollResult, Recorder
+from .recorder import Recorder
+from .results import PollResult
 from .run_export import RunExporter
 from .transitions import Rules, timed_out
 

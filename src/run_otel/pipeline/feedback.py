@@ -26,16 +26,16 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from ..config import FeedbackConfig
-from ..export.encoding import FastEncoder
 from ..export.logrecords import LogRecordSender
-from ..export.sinks import Sink
+from ..export.sending import RequestSender
+from ..export.wire import RunSpans, WireSpans
 from ..mapping.evaluation import Evaluations
 from ..mapping.feedback_vocab import UnmappedFeedback
 from ..sharding import in_shard
 from ..source.reader import Source
 from ..source.rows import FeedbackRow
 from .checkpoint import Checkpoint, CheckpointStore, SentRating
-from .results import Recorder
+from .recorder import Recorder
 
 if TYPE_CHECKING:  # its HTTP client loads only when Phoenix is configured
     from ..export.phoenix import PhoenixAnnotations
@@ -57,14 +57,14 @@ class FeedbackSender:
     def __init__(
         self,
         evaluations: Evaluations,
-        encoder: FastEncoder,
-        sink: Sink,
+        wire: WireSpans,
+        sender: RequestSender,
         log_records: LogRecordSender | None = None,
         phoenix: PhoenixAnnotations | None = None,
     ):
         self.evaluations = evaluations
-        self._encoder = encoder
-        self._sink = sink
+        self._wire = wire
+        self._sender = sender
         self._log_records = log_records
         self._phoenix = phoenix
 
@@ -76,15 +76,17 @@ class FeedbackSender:
     def send(self, rows: Sequence[FeedbackRow], sent_before: Mapping[str, SentRating] | None = None) -> None:
         """Raises when the spans were not acknowledged or Phoenix refused; the caller records nothing then."""
         evaluations, sent_before = self.evaluations, sent_before or {}
-        spans = [self._encoder.span(evaluations.span(row)) for row in rows]
+        runs = []
         for row in rows:
+            spans = [self._wire.replay(evaluations.span(row))]
             before = sent_before.get(row.run_id)
             # An earlier release kept no rating time, so the old span's id is unknown: no marker then.
             if before is not None and before.rated_at_ns is not None:
-                spans.append(self._encoder.span(evaluations.superseded(row, before.feedback, before.rated_at_ns)))
-        # A feedback span or record is a few hundred bytes: 1000 keep a request far under receivers' 4 MiB limit.
-        for start in range(0, len(spans), 1000):
-            self._sink.send(self._encoder.request(spans[start : start + 1000]))
+                spans.append(self._wire.replay(evaluations.superseded(row, before.feedback, before.rated_at_ns)))
+            runs.append(RunSpans(row.run_id, spans))
+        # The runs' own way: requests under export.max_request_bytes, split when refused, each acknowledgement progress.
+        self._sender.send(runs)
+        # A log record or annotation is a few hundred bytes: 1000 keep a request far under receivers' 4 MiB limit.
         for start in range(0, len(rows), 1000):
             chunk = rows[start : start + 1000]
             if self._log_records is not None:
@@ -115,6 +117,13 @@ class FeedbackPass:
 
     def run(self) -> FeedbackResult:
         """One pass over the exported runs (up to the saved checkpoint) created within the window."""
+        try:
+            return self._pass()
+        except Exception:
+            self._recorder.feedback_failed()
+            raise
+
+    def _pass(self) -> FeedbackResult:
         self._ratings.look_again()
         checkpoint = self._store.load()
         if checkpoint is None or (checkpoint.high_water <= checkpoint.start_mark and not checkpoint.taken_over):

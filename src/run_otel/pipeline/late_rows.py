@@ -25,10 +25,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from ..config import PollConfig
+from ..mapping.spans import Late
 from ..source.reader import Source
-from ..source.rows import RunRow, is_terminal
+from ..source.rows import RunRow, ToolRow, is_terminal
 from .checkpoint import CheckpointStore
-from .results import ExportedRun, LateRun, Recorder
+from .recorder import Recorder
+from .results import ExportedRun
 from .run_export import RunExporter
 from .watch import Watched
 
@@ -78,7 +80,7 @@ class LatePass:
         if self._held is not None:
             self._held.update((w.run_id, w) for w in saved)
 
-    def run(self) -> list[LateRun]:
+    def run(self) -> list[ExportedRun]:
         """Sends what the watched runs added since their export; returns it."""
         now = self._clock()
         if self._held is None:  # the store is read once; after that it is only written
@@ -94,7 +96,7 @@ class LatePass:
             return []
         runs = {run.id: run for run in self._source.runs_by_ids(w.run_pk for w in changed)}
         tools = self._source.tools_for(w.run_id for w in changed)
-        late: list[LateRun] = []
+        late: list[tuple[RunRow, list[ToolRow], Late]] = []
         gone: list[str] = []
         for w in changed:
             run = runs.get(w.run_pk)
@@ -103,9 +105,11 @@ class LatePass:
                 continue
             run_tools = tools.get(w.run_id, [])
             late_ids = frozenset(t.id for t in run_tools) - w.tool_ids
-            late.append(LateRun(run, run_tools, late_ids, w.run_pk in self._completed))
-        sent = self._exporter.export_late(late) if late else []
-        updated = [self._after(w, item, now) for w, item in zip(_kept(changed, gone), sent)]
+            late.append((run, run_tools, Late(late_ids, w.run_pk in self._completed)))
+        sent = self._exporter.send_late(late) if late else []
+        # By run: a run the mapper cannot map at all is left out of what was sent.
+        watches = {w.run_id: w for w in changed}
+        updated = [self._after(watches[item.run.run_id], item, now) for item in sent]
         self._store.save_watch(updated, gone, now)
         for run_id in gone:
             self._held.pop(run_id, None)
@@ -131,17 +135,19 @@ class LatePass:
                 out[run.id] = run
         return out
 
-    def _after(self, watched: Watched, sent: LateRun, now: float) -> Watched:
+    def _after(self, watched: Watched, sent: ExportedRun, now: float) -> Watched:
         """The watch once ``sent`` is acknowledged: a finished run is watched for the window from now."""
-        tool_ids = watched.tool_ids | sent.late_ids
-        if sent.completed:
+        assert sent.late is not None  # what send_late returns
+        tool_ids = watched.tool_ids | sent.late.tool_ids
+        if sent.late.completed:
             return replace(watched, tool_ids=tool_ids, incomplete=False, until=now + self._window)
         return replace(watched, tool_ids=tool_ids)
 
-    def _report(self, sent: list[LateRun]) -> None:
+    def _report(self, sent: list[ExportedRun]) -> None:
         for item in sent:
-            late = len(item.late_ids)
-            if item.completed:
+            assert item.late is not None
+            late = len(item.late.tool_ids)
+            if item.late.completed:
                 log.info(
                     "run %s, sent as incomplete, finished as %s: its outcome and %d tool row(s) written since were sent "
                     "into its trace",
@@ -161,8 +167,3 @@ def _grew(watched: Watched, now: tuple[int, int] | None) -> bool:
         return False
     count, highest = now
     return count > len(watched.tool_ids) or highest > max(watched.tool_ids, default=0)
-
-
-def _kept(changed: list[Watched], gone: list[str]) -> list[Watched]:
-    missing = set(gone)
-    return [w for w in changed if w.run_id not in missing]

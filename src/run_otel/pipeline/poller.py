@@ -23,7 +23,8 @@ from .checkpoint import Checkpoint, CheckpointStore
 from .gc_policy import BatchCollection
 from .guard import SourceGuard
 from .late_rows import LatePass
-from .results import PollResult, Recorder
+from .recorder import Recorder
+from .results import PollResult
 from .run_export import RunExporter
 from .transitions import (
     Classified,

@@ -10,10 +10,12 @@ from typing import Any
 
 from ..export.sending import RequestSender
 from ..export.wire import RunEncoder, RunSpans
+from ..mapping.spans import Late
 from ..source.reader import Source
-from ..source.readings import read_run, read_tool
+from ..source.readings import read_rows
 from ..source.rows import TERMINAL_STATUSES, RunRow, ToolRow, is_terminal
-from .results import ExportedRun, LateRun, PollResult, Recorder
+from .recorder import Recorder
+from .results import ExportedRun, PollResult
 
 log = logging.getLogger(__name__)
 
@@ -71,19 +73,29 @@ class RunExporter:
         tools: dict[str, list[ToolRow]] | None = None,
     ) -> Prepared:
         """Reads and maps ``runs`` with their tools into their spans' bytes, ready to ``deliver``."""
-        prepared = Prepared()
         if tools is None:
             tools = self._source.tools_for(r.run_id for r in runs) if runs else {}
-        for row in runs:
+        return self._prepare([(row, tools.get(row.run_id, []), row.id in incomplete_ids, None) for row in runs])
+
+    def send_late(self, runs: Sequence[tuple[RunRow, Sequence[ToolRow], Late]]) -> list[ExportedRun]:
+        """Sends what exported runs add later (``Mapper.map_into`` with ``late``): the same path as a
+        first send, but for what it sends. Raises ExportError unless acked; returns the runs as read."""
+        return self.deliver(self._prepare([(row, tools, False, late) for row, tools, late in runs])).runs
+
+    def _prepare(self, entries: list[tuple[RunRow, Sequence[ToolRow], bool, Late | None]]) -> Prepared:
+        prepared = Prepared()
+        for row, tool_rows, incomplete, late in entries:
             warnings: list[str] = []
-            run = read_run(row, warnings)
-            run_tools = [read_tool(tool, warnings) for tool in tools.get(run.run_id, [])]
-            one = self._map(run, run_tools, run.id in incomplete_ids, warnings, prepared.skipped)
+            if late is not None and not late.completed:  # only the late rows are sent
+                tool_rows = [tool for tool in tool_rows if tool.id in late.tool_ids]
+            quiet = () if late is None else {tool.id for tool in tool_rows} - late.tool_ids
+            run, run_tools = read_rows(row, tool_rows, warnings, quiet)
+            one = self._map(run, run_tools, incomplete, late, warnings, prepared.skipped)
             if one is None:
                 continue
             prepared.warned += [(run.run_id, warning) for warning in warnings]
             settled_at = self._clock.epoch(run.updated_at)
-            prepared.runs.append(ExportedRun(run, run_tools, run.id in incomplete_ids, len(one.encoded), settled_at))
+            prepared.runs.append(ExportedRun(run, run_tools, incomplete, len(one.encoded), settled_at, late))
             prepared.spans.append(one)
         return prepared
 
@@ -114,6 +126,7 @@ class RunExporter:
         run: RunRow,
         tools: list[ToolRow],
         incomplete: bool,
+        late: Late | None,
         warnings: list[str],
         skipped: list[tuple[str, str, int]],
     ) -> RunSpans | None:
@@ -121,14 +134,14 @@ class RunExporter:
         refuses is left out, naming its column, and a run that cannot be mapped even so is added to
         ``skipped``: never an error that stops the poll."""
         try:
-            one, mapped_warnings = self._runs.encode(run, tools, incomplete)
+            one, mapped_warnings = self._runs.encode(run, tools, incomplete, late)
             warnings += mapped_warnings
             return one
         except Exception as exc:  # one row must never stop the runs behind it
             failure = f"{exc.__class__.__name__}: {exc}"
         for where, run_without, tools_without in _each_value_left_out(run, tools):
             try:
-                one, mapped_warnings = self._runs.encode(run_without, tools_without, incomplete)
+                one, mapped_warnings = self._runs.encode(run_without, tools_without, incomplete, late)
             except Exception:  # the next value left out may be the one
                 continue
             warnings.append(f"{where} could not be mapped ({failure}); left out")
@@ -136,24 +149,6 @@ class RunExporter:
             return one
         skipped.append((run.run_id, failure, len(tools)))
         return None
-
-    def export_late(self, late: Sequence[LateRun]) -> list[LateRun]:
-        """Sends what exported runs add later (``Mapper.map_late``); raises ExportError unless
-        acked. Returns the runs as read by meaning, for the metrics."""
-        read: list[LateRun] = []
-        prepared = Prepared()
-        for item in late:
-            warnings: list[str] = []
-            run = read_run(item.run, warnings)
-            tools = [read_tool(tool, warnings) for tool in item.tools if tool.id in item.late_ids or item.completed]
-            one, late_warnings = self._runs.encode_late(run, tools, set(item.late_ids), item.completed)
-            prepared.warned += [(run.run_id, w) for w in warnings if _about(w, item.late_ids)]
-            prepared.warned += [(run.run_id, w) for w in late_warnings]
-            read.append(LateRun(run, tools, item.late_ids, item.completed))
-            prepared.spans.append(one)
-        self._sender.send(prepared.spans)
-        self._report(prepared)
-        return read
 
     def note_status(self, status: str | None) -> None:
         """Counts every run with an unknown status; logs each such value once."""
@@ -163,14 +158,6 @@ class RunExporter:
         if status not in self._unknown_statuses:
             self._unknown_statuses.add(status)
             log.warning("unknown diagnosis_run.status %r: treated as terminal", status)
-
-
-def _about(warning: str, late_ids: frozenset[int]) -> bool:
-    """Whether a reading warning is about the run or a late tool row: the others warned at the export."""
-    if not warning.startswith("tool_invocation "):
-        return True
-    head = warning.split(":", 1)[0].removeprefix("tool_invocation ")
-    return not head.isdigit() or int(head) in late_ids
 
 
 def _each_value_left_out(run: RunRow, tools: list[ToolRow]) -> Iterator[tuple[str, RunRow, list[ToolRow]]]:

@@ -10,6 +10,7 @@ that means nothing becomes None and a row warning naming it.
 
 from __future__ import annotations
 
+from collections.abc import Container, Sequence
 from decimal import Decimal
 from operator import itemgetter
 from typing import Any
@@ -146,3 +147,13 @@ def read_tool(tool: ToolRow, warnings: list[str]) -> ToolRow:
     if not _BINARY.isdisjoint(map(type, _tool_texts(tool))):
         values = _texts(tool, values, _TOOL_TEXT_AT)
     return tool if values is None else tuple.__new__(ToolRow, values)
+
+
+def read_rows(
+    run: RunRow, tools: Sequence[ToolRow], warnings: list[str], quiet_tools: Container[int] = ()
+) -> tuple[RunRow, list[ToolRow]]:
+    """A run and its tool rows read by meaning, the way every path reads them before it maps them;
+    the tool rows in ``quiet_tools`` add no warnings (they warned when they were first read)."""
+    quiet: list[str] = []
+    read = read_run(run, warnings)
+    return read, [read_tool(tool, quiet if tool.id in quiet_tools else warnings) for tool in tools]

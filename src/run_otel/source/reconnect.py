@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from ..backoff import Backoff
 from .reader import ConnectionLost
 
 log = logging.getLogger(__name__)
@@ -26,11 +27,12 @@ class Reconnecting:
     for ``budget`` seconds in all; a stop request ends the waiting."""
 
     def __init__(self, budget: float, initial: float, ceiling: float, stop: threading.Event):
-        self._budget, self._initial, self._ceiling, self._stop = budget, initial, ceiling, stop
+        self._budget, self._stop = budget, stop
+        self._backoff = Backoff(initial, ceiling, jitter=0)
 
     def __call__(self, read: Callable[[], T]) -> T:
         deadline = time.monotonic() + self._budget
-        delay = self._initial
+        failures = 0
         while True:
             try:
                 return read()
@@ -38,8 +40,8 @@ class Reconnecting:
                 left = deadline - time.monotonic()
                 if left <= 0 or self._stop.is_set():
                     raise ConnectionLost(f"{exc} (gave up after retrying for {self._budget:g}s)") from None
-                wait = min(delay, left)
+                failures += 1
+                wait = min(self._backoff.delay(failures), left)
                 log.warning("%s; retrying in %.1fs", exc, wait)
                 if self._stop.wait(wait):
                     raise
-                delay = min(delay * 2, self._ceiling)

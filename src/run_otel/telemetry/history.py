@@ -1,7 +1,7 @@
 """The run, tool, RAG and feedback metrics of a backfill, as a scrape would have seen them.
 
 ``backfill --metrics-out`` hears every run the backfill exports (a
-:class:`~run_otel.pipeline.results.Recorder`), places each run's measurements
+:class:`~run_otel.pipeline.recorder.Recorder`), places each run's measurements
 at the step when it finished (``updated_at``), and keeps only the changes per
 series and step; ``openmetrics`` then writes one sample per series and step,
 with the running totals. Memory grows with the changes, never with the steps.
@@ -14,7 +14,8 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from ..pipeline.results import PollResult, Recorder
+from ..pipeline.recorder import Recorder
+from ..pipeline.results import PollResult
 from ..source.rows import RunRow
 from . import instruments as I
 from .measurements import FeedbackLabel, Measurement, run_measurements, zero_series

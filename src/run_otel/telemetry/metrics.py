@@ -27,8 +27,8 @@ from .. import __version__
 from ..config import ExportConfig, FeedbackConfig, MetricsConfig
 from ..mapping import attributes as A
 from ..mapping.span_data import tool_span_id_for, trace_id_for
-from ..pipeline.poller import PollResult, Recorder
-from ..pipeline.results import LateRun
+from ..pipeline.recorder import Recorder
+from ..pipeline.results import ExportedRun, PollResult
 from ..sharding import Shard, shard_name
 from ..source.rows import INTENTS, FeedbackRow
 from . import instruments as I
@@ -163,7 +163,7 @@ class BridgeMetrics(Recorder):
             feedback = self._feedback.label_of(row.feedback) or OTHER
             self._get(I.FEEDBACK).add(1, I.FEEDBACK.labelled(feedback, label(row.intent, INTENTS)))
 
-    def late_sent(self, runs: Sequence[LateRun]) -> None:
+    def late_sent(self, runs: Sequence[ExportedRun]) -> None:
         """Late tool rows count as tool invocations too: they were not counted at the run's export."""
         for item in runs:
             trace_id = trace_id_for(item.run.run_id)
@@ -171,9 +171,11 @@ class BridgeMetrics(Recorder):
                 self._first_call(tool.tool_name, tool.retrieval_layer is not None)
                 for measurement in tool_measurements(tool, trace_id, tool_span_id_for(item.run.run_id, tool.id)):
                     self._measure(measurement)
-            if item.late_ids:
-                self._get(I.LATE_ROWS).add(len(item.late_ids), I.LATE_ROWS.labelled("tool"))
-            if item.completed:
+            if item.late is None:
+                continue
+            if item.late.tool_ids:
+                self._get(I.LATE_ROWS).add(len(item.late.tool_ids), I.LATE_ROWS.labelled("tool"))
+            if item.late.completed:
                 self._get(I.LATE_ROWS).add(1, I.LATE_ROWS.labelled("completion"))
 
     def clock_offset(self, seconds: float) -> None:
