@@ -9,7 +9,7 @@ from sqlalchemy import Engine, event
 
 from run_otel.factory import build_backfill, build_parts, build_poller
 from run_otel.ops.demo import generate, insert_workload
-from run_otel.ops.operations import run_trace
+from run_otel.ops.show import run_trace
 
 
 def test_no_statement_scans_a_table(agent_db, otlp, tmp_path):

@@ -12,7 +12,7 @@ from helpers import bridge_metrics
 from run_otel.config import ConfigError, build_config, load_config
 from run_otel.export.deadline import Deadline
 from run_otel.export.transport import Explained, explain, grpc_target, logs_tls, traces_tls, transport_warnings
-from run_otel.telemetry.metrics import readiness
+from run_otel.telemetry.health import readiness
 
 # -- the deadline -------------------------------------------------------------------
 

@@ -107,7 +107,7 @@ def test_the_metrics_endpoint_speaks_openmetrics_when_asked():
 
     from run_otel.config import build_config
     from run_otel.factory import build_metrics
-    from run_otel.telemetry.metrics import HealthServer
+    from run_otel.telemetry.health import HealthServer
 
     metrics = build_metrics(build_config({}))
     server = HealthServer("127.0.0.1", free_port(), metrics.registry, lambda: (True, "ready")).start()

@@ -167,7 +167,7 @@ def test_a_late_tool_row_neither_resets_nor_resends_the_rating(agent_db, receive
     from sqlalchemy import delete
 
     from run_otel.factory import build_feedback
-    from run_otel.pipeline.checkpoint import feedback_table
+    from run_otel.pipeline.state_tables import feedback_table
 
     parts = build_parts(bridge_config(agent_db, tmp_path, receiver.endpoint))
     poller, feedback = build_poller(parts), build_feedback(parts)

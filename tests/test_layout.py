@@ -41,7 +41,7 @@ MAX_PARAMETERS = 8
 # The parts the factory builds: above it, ops/ and cli/ ask the factory for them.
 PARTS = {
     "Source",
-    "CheckpointStore",
+    "StateStore",
     "GrpcSink",
     "HttpSink",
     "JsonFileSink",

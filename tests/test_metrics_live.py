@@ -35,7 +35,7 @@ from run_otel.config import build_config
 from run_otel.export.sinks import JsonFileSink
 from run_otel.factory import build_parts, build_poller
 from run_otel.ops.demo import generate, insert_workload
-from run_otel.pipeline.checkpoint import CheckpointStore
+from run_otel.pipeline.state_store import StateStore
 from run_otel.source.engine import make_engine
 from run_otel.telemetry import instruments as I
 
@@ -152,7 +152,7 @@ def test_readyz_follows_the_database(tmp_path, otlp):
         server.stop()
 
 
-class _CrashingStore(CheckpointStore):
+class _CrashingStore(StateStore):
     """A state store whose save dies, as the process would between ack and checkpoint."""
 
     def save(self, checkpoint, now, feedback=None, watched=None):
@@ -190,8 +190,8 @@ def test_a_replay_after_a_crash_counts_each_run_once(tmp_path):
         return _counted(registry)
 
     first = process(_CrashingStore)  # acknowledged, then died before the checkpoint
-    second = process(CheckpointStore)  # the restart replays the batch
-    third = process(CheckpointStore)  # nothing new
+    second = process(StateStore)  # the restart replays the batch
+    third = process(StateStore)  # nothing new
     sent = sum(1 for line in (tmp_path / "out.jsonl").read_text().splitlines())
     assert sent >= 2  # the batch really went out twice
     assert first + second + third == len(workload.terminal_runs())

@@ -95,7 +95,7 @@ def test_a_checkpoint_that_cannot_be_saved_fails_the_poll_and_its_runs_are_sent_
     import pytest
     from sqlalchemy import text
 
-    from run_otel.pipeline.checkpoint import CheckpointError
+    from run_otel.pipeline.state_store import StateStoreError
 
     agent = _agent_db(tmp_path, [("run-1", "SUCCESS", 60), ("run-2", "SUCCESS", 60)])
     out = tmp_path / "out.jsonl"
@@ -114,7 +114,7 @@ def test_a_checkpoint_that_cannot_be_saved_fails_the_poll_and_its_runs_are_sent_
                         "BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END"
                     )
                 )
-        with pytest.raises(CheckpointError, match="cannot save the checkpoint: .*database or disk is full"):
+        with pytest.raises(StateStoreError, match="cannot save the checkpoint: .*database or disk is full"):
             poller.poll()
         assert parts.store.load().high_water == 2  # load still works, and the checkpoint did not move
         with state.begin() as conn:

@@ -16,7 +16,7 @@ from sqlalchemy import Engine, event, insert
 
 from run_otel.factory import build_backfill, build_parts, build_poller, start_metrics
 from run_otel.ops.check import run_checks
-from run_otel.ops.operations import run_trace
+from run_otel.ops.show import run_trace
 from run_otel.source.schema import diagnosis_run, tool_invocation
 
 CONTENT_COLUMNS = ("query", "answer", "published_result", "input_params", "output_preview", "evidence")

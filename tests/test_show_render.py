@@ -13,7 +13,7 @@ from rich.console import Console
 from run_otel.cli.render import MESSAGE_WIDTH, print_trace
 from run_otel.config import build_config
 from run_otel.factory import build_mapper
-from run_otel.ops.operations import RunTrace
+from run_otel.ops.show import RunTrace
 from run_otel.source.clock import SourceClock
 from run_otel.source.rows import RunRow, ToolRow
 

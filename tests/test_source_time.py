@@ -10,7 +10,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from run_otel.factory import build_parts, build_poller
 from run_otel.telemetry import instruments as I
-from run_otel.telemetry.metrics import readiness
+from run_otel.telemetry.health import readiness
 
 
 def points(reader: InMemoryMetricReader, instrument: I.Instrument) -> list:

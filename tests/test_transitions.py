@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from run_otel.ops.operations import rewound
+from run_otel.ops.rewind import rewound
 from run_otel.pipeline.checkpoint import Checkpoint
 from run_otel.pipeline.transitions import MAX_NEW_GAPS, Rules, advance, classify, expire_gaps, initial_checkpoint, timed_out
 from run_otel.source.clock import ClockSample, SourceClock, zone_finding

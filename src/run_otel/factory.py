@@ -27,7 +27,6 @@ from .mapping.evaluation import Evaluations
 from .mapping.masking import configured_secrets
 from .mapping.spans import Mapper
 from .pipeline.backfill_pass import BackfillPass
-from .pipeline.checkpoint import CheckpointError, CheckpointStore
 from .pipeline.feedback import FeedbackPass, FeedbackSender
 from .pipeline.late_rows import LatePass
 from .pipeline.lease import MySqlLease
@@ -35,6 +34,7 @@ from .pipeline.named_lock import lock_name
 from .pipeline.poller import Poller
 from .pipeline.recorder import Recorder
 from .pipeline.run_export import RunExporter
+from .pipeline.state_store import StateStore
 from .pipeline.store_lock import StoreLock, store_lock
 from .sharding import shard_name
 from .source.clock import SourceClock
@@ -42,10 +42,8 @@ from .source.reader import Source
 
 if TYPE_CHECKING:
     from .export.phoenix import PhoenixAnnotations
-    from .pipeline.backfill import Window
-    from .source.rows import RunRow
-    from .telemetry.history import MetricsHistory
-    from .telemetry.metrics import BridgeMetrics, HealthServer
+    from .telemetry.health import HealthServer
+    from .telemetry.metrics import BridgeMetrics
 
 Check = Callable[[], tuple[bool, str]]
 
@@ -62,7 +60,7 @@ class Parts:
     config: Config
     source: Source
     sink: Sink
-    store: CheckpointStore
+    store: StateStore
     mapper: Mapper
     frame: RequestFrame
     recorder: Recorder
@@ -86,9 +84,9 @@ def build_source(config: Config) -> Source:
     return Source(config.source, config.content, config.poll.tool_chunk_size)
 
 
-def build_store(config: Config, create: bool = True) -> CheckpointStore:
+def build_store(config: Config, create: bool = True) -> StateStore:
     """``create=False`` only reads: a store that does not exist yet is an error, never created."""
-    return CheckpointStore(config.state, config.shard, create)
+    return StateStore(config.state, config.shard, create)
 
 
 def build_sink(config: Config) -> Sink:
@@ -137,7 +135,7 @@ def _resource(config: Config) -> dict[str, str]:
 
 
 def build_parts(
-    config: Config, recorder: Recorder | None = None, sink: Sink | None = None, store: CheckpointStore | None = None
+    config: Config, recorder: Recorder | None = None, sink: Sink | None = None, store: StateStore | None = None
 ) -> Parts:
     """``sink`` and ``store`` replace the configured ones (the demo's file, a test's store); the parts own them."""
     source = build_source(config)
@@ -216,7 +214,9 @@ def build_feedback(parts: Parts, clock: Callable[[], float] | None = None) -> Fe
 
 @dataclass(frozen=True)
 class Service:
-    """What `run-otel run` runs on."""
+    """What `run-otel run` runs on, with its one lifecycle: ``start`` takes the store lock (without
+    HA; with HA the daemon takes it only while it holds the lease) before anything binds a port,
+    then serves the metrics; ``stop`` gives everything back."""
 
     store_lock: StoreLock
     metrics: BridgeMetrics | None
@@ -226,16 +226,34 @@ class Service:
     feedback: FeedbackPass | None
     lease: MySqlLease | None
 
+    def start(self) -> None:
+        if self.lease is None:
+            self.store_lock.__enter__()
+        if self.server is not None:
+            try:
+                serve(self.server, self.parts.config)
+            except MetricsPortError:
+                self.store_lock.release()
+                raise
+
+    def stop(self) -> None:
+        if self.lease is not None:
+            self.lease.release()
+        self.store_lock.release()
+        self.parts.close()
+        if self.server is not None:
+            self.server.stop()
+        if self.metrics is not None:
+            self.metrics.shutdown()
+
 
 def build_service(config: Config, alive: Check, keep_going: Callable[[], bool]) -> Service:
-    """The daemon's parts, the store lock first: without HA it is taken here, for the process's
-    life, before anything binds a port; with HA the daemon takes it only while it holds the lease."""
-    lock = build_store_lock(config)
-    if not config.ha.enabled:
-        lock.__enter__()
-    metrics, server = start_metrics(config, alive)
+    """The daemon's parts, built without taking or binding anything: ``Service.start`` does."""
+    metrics = build_metrics(config) if config.metrics.enabled else None
+    server = build_health_server(config, metrics, alive) if metrics is not None else None
     parts = build_parts(config, recorder=metrics)
     lease = build_lease(config, parts.source) if config.ha.enabled else None
+    lock = build_store_lock(config)
     return Service(lock, metrics, server, parts, build_poller(parts, keep_going), build_feedback(parts), lease)
 
 
@@ -245,74 +263,46 @@ def build_service(config: Config, alive: Check, keep_going: Callable[[], bool]) 
 def build_metrics(config: Config) -> BridgeMetrics:
     """The metrics with the readers the config asks for (pull, push, or both)."""
     # Here, not at the top: a backfill without --with-metrics never loads the metrics SDK.
-    from .telemetry.metrics import BridgeMetrics, metric_readers
+    from .telemetry.metrics import BridgeMetrics
+    from .telemetry.readers import metric_readers
 
     readers, registry, exemplars = metric_readers(config.metrics, config.export)
     return BridgeMetrics(config.feedback, config.poll.settle_seconds, config.shard, readers, registry, exemplars)
 
 
-def build_history(config: Config, window: Window, step: int, now: float | None = None) -> MetricsHistory:
-    """What `backfill --metrics-out` records into: a sample every ``step`` seconds from the window's
-    start to its end (or now), each run counted after its ``updated_at`` in the source's zone."""
-    import time
+def build_health_server(config: Config, metrics: BridgeMetrics, alive: Check | None = None) -> HealthServer:
+    """/metrics, /healthz and /readyz on metrics.port, not yet bound."""
+    from .telemetry.health import HealthServer, readiness
 
-    from .telemetry.history import Grid, HistoryWindowError, MetricsHistory
-
-    if window.since is None:
-        raise HistoryWindowError("--metrics-out needs --since: the history starts there")
-    clock = SourceClock(config.source.timezone)
-    start = clock.epoch(window.since)
-    end = clock.epoch(window.until) if window.until else (time.time() if now is None else now)
-    assert start is not None and end is not None  # the window's bounds are datetimes
-
-    def finished_at(run: RunRow) -> float | None:
-        # A run is counted when it is exported, which follows updated_at by the settle time.
-        return clock.epoch(run.updated_at) or clock.epoch(run.created_at)
-
-    feedback = config.feedback
-    label_of = feedback.label_of if feedback.enabled else None
-    return MetricsHistory(Grid.covering(start, end, step), finished_at, label_of, daemon_counted(config))
+    return HealthServer(
+        config.metrics.host,
+        config.metrics.port,
+        metrics.registry,
+        # A request may take up to the longest deadline before its acknowledgement is progress.
+        readiness(metrics, config.poll.interval_seconds, max(config.export.max_timeout_seconds, config.export.timeout_seconds)),
+        alive or (lambda: (True, "ok")),
+    )
 
 
-def daemon_counted(config: Config) -> Callable[[RunRow], bool] | None:
-    """The runs the daemon's live metrics count, from its checkpoint (read only): those above its
-    first start's mark and those it took over in flight. None before the daemon's first start,
-    or for a checkpoint saved before the mark was kept."""
+def serve(server: HealthServer, config: Config) -> None:
+    """Binds metrics.port and serves; a port that cannot be bound is a MetricsPortError naming it."""
     try:
-        store = build_store(config, create=False)
-    except CheckpointError:
-        return None
-    try:
-        checkpoint = store.load()
-    finally:
-        store.close()
-    if checkpoint is None or not checkpoint.start_mark:
-        return None
-    mark, taken_over = checkpoint.start_mark, frozenset(checkpoint.taken_over)
-    return lambda run: run.id > mark or run.id in taken_over
+        server.start()
+    except OSError as exc:
+        raise MetricsPortError(f"metrics.port {config.metrics.port} on {config.metrics.host}: {exc.strerror}") from None
 
 
-def start_metrics(config: Config, alive: Check | None = None) -> tuple[BridgeMetrics | None, HealthServer | None]:
-    """The metrics and, for Prometheus pull, the /metrics + health server."""
+def start_metrics(config: Config) -> tuple[BridgeMetrics | None, HealthServer | None]:
+    """The metrics and their server, serving: for a command that runs beside no daemon (a backfill)."""
     if not config.metrics.enabled:
         return None, None
-    from .telemetry.metrics import HealthServer, readiness
-
     metrics = build_metrics(config)
+    server = build_health_server(config, metrics)
     try:
-        server = HealthServer(
-            config.metrics.host,
-            config.metrics.port,
-            metrics.registry,
-            # A request may take up to the longest deadline before its acknowledgement is progress.
-            readiness(
-                metrics, config.poll.interval_seconds, max(config.export.max_timeout_seconds, config.export.timeout_seconds)
-            ),
-            alive or (lambda: (True, "ok")),
-        ).start()
-    except OSError as exc:
+        serve(server, config)
+    except MetricsPortError:
         metrics.shutdown()
-        raise MetricsPortError(f"metrics.port {config.metrics.port} on {config.metrics.host}: {exc.strerror}") from None
+        raise
     return metrics, server
 
 

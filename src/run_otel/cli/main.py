@@ -56,7 +56,7 @@ def once(config_path: Path | None, shard: str | None) -> None:
     def body() -> None:
         nonlocal undelivered
         from ..ops.daemon import summary
-        from ..ops.operations import once
+        from ..ops.send_now import once
 
         result, checked = once(config, report=lambda polled: click.echo(summary(polled)))
         undelivered = result.rejected_spans + result.dropped_spans
@@ -189,7 +189,7 @@ def show(config_path: Path | None, run_id: str) -> None:
     """
     from rich.console import Console
 
-    from ..ops.operations import run_traces
+    from ..ops.show import run_traces
     from .render import print_trace
 
     config = load(config_path)

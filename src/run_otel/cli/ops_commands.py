@@ -30,7 +30,7 @@ def status(config_path: Path | None, as_json: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from ..ops.operations import status as shard_status
+    from ..ops.status import status as shard_status
 
     config = load(config_path)
 
@@ -90,7 +90,7 @@ def rewind(
     """
     if (to_id is None) == (since is None):
         raise click.UsageError("give exactly one of --to-id and --since")
-    from ..ops.operations import rewind as move_checkpoint
+    from ..ops.rewind import rewind as move_checkpoint
 
     config = load(config_path, shard)
     first = to_id if to_id is not None else since
@@ -116,7 +116,7 @@ def export_command(config_path: Path | None, run_ids: tuple[str, ...], incomplet
     A finished run is sent as the daemon would send it. A waiting run is
     skipped unless --incomplete, which sends it as incomplete (ERROR).
     """
-    from ..ops.operations import export_runs
+    from ..ops.send_now import export_runs
 
     config = load(config_path)
 
@@ -159,7 +159,7 @@ def health(config_path: Path | None, live: bool) -> None:
     metrics.host and metrics.port from the same config and RUN_OTEL_* variables
     as the daemon, so a container HEALTHCHECK follows a changed port.
     """
-    from ..ops.operations import health as probe_health
+    from ..ops.probe import health as probe_health
 
     config = load(config_path)
     if not config.metrics.enabled:
@@ -185,7 +185,7 @@ def generate(config_path: Path | None, directory: Path) -> None:
     runbook.md; files already there are replaced. Needs the generate extra:
     pip install 'run-otel[generate]'.
     """
-    from ..ops.operations import generate_files
+    from ..ops.generate_job import generate_files
 
     config = load(config_path, demo=True)
 

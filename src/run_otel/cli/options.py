@@ -84,16 +84,16 @@ def guarded(action: Callable[[], None]) -> None:
     from ..config import ConfigError
     from ..export.sinks import ExportError
     from ..factory import MetricsPortError
-    from ..ops.operations import Refused
-    from ..pipeline.checkpoint import CheckpointError
+    from ..ops.rewind import Refused
     from ..pipeline.lease import LeaseError
+    from ..pipeline.state_store import StateStoreError
     from ..source.reader import SourceError
 
     try:
         action()
     except ConfigError as exc:  # found only when a part is built, such as a driver that is not installed
         fail(f"config: {exc}", EXIT_USAGE)
-    except (SourceError, ExportError, CheckpointError, LeaseError, MetricsPortError, Refused) as exc:
+    except (SourceError, ExportError, StateStoreError, LeaseError, MetricsPortError, Refused) as exc:
         fail(str(exc))
 
 

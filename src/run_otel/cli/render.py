@@ -23,7 +23,7 @@ from ..pipeline.recorder import Recorder
 from ..pipeline.results import PollResult
 
 if TYPE_CHECKING:
-    from ..ops.operations import RunTrace
+    from ..ops.show import RunTrace
 from ..source.rows import is_terminal
 from ..source.terminal_text import terminal_safe
 

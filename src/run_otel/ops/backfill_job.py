@@ -13,13 +13,14 @@ from dataclasses import dataclass, field
 
 from ..config import Config
 from ..export.sinks import ExportError
-from ..factory import build_backfill, build_history, build_parts, build_source, start_metrics
+from ..factory import build_backfill, build_parts, build_source, start_metrics
 from ..mapping.span_data import trace_id_for
 from ..pipeline.backfill import Plan, Window, order_warning, plan, resume_hint
 from ..pipeline.recorder import Recorder, Tee
 from ..pipeline.results import PollResult
 from ..source.clock import zone_finding
 from ..source.reader import Source, SourceError
+from .history_parts import build_history
 from .metrics_history import MetricsRequest, Written, warn_step, write_history
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from ..export.sinks import ExportError
 from ..export.transport import transport_warnings
 from ..factory import build_probe_sink, build_source, build_store
 from ..mapping.feedback_vocab import unmapped_in_window
-from ..pipeline.checkpoint import CheckpointError
+from ..pipeline.state_store import StateStoreError
 from ..sharding import shard_from_name
 from ..source.clock import zone_finding
 from ..source.columns import columns_read
@@ -297,7 +297,7 @@ def _check_state(config: Config) -> Iterator[Finding]:
         store = build_store(config, create=False)
         saved = store.load()
         store.close()
-    except (CheckpointError, ConfigError) as exc:
+    except (StateStoreError, ConfigError) as exc:
         level = OK if "has no checkpoint table yet" in str(exc) else FAIL
         yield Finding(level, "state store", f"{exc}: `run-otel run` creates it" if level == OK else str(exc))
         return
@@ -311,12 +311,12 @@ def _check_checkpoint_ahead(config: Config, source: Source) -> Iterator[Finding]
 
     try:
         store = build_store(config, create=False)
-    except (CheckpointError, ConfigError):
+    except (StateStoreError, ConfigError):
         return  # no store yet: the state store check says so
     try:
         shards = store.load_all()
         newest = source.max_run_id() if shards else 0
-    except (CheckpointError, SourceError):
+    except (StateStoreError, SourceError):
         return  # reported by the state store and database checks
     finally:
         store.close()

@@ -32,8 +32,8 @@ from ..config import Config
 from ..export.sinks import ExportError
 from ..export.transport import transport_warnings
 from ..factory import build_service
-from ..pipeline.checkpoint import CheckpointError
 from ..pipeline.results import PollResult
+from ..pipeline.state_store import StateStoreError
 from ..source.password_file import readable_by_others
 from ..source.reader import SourceError
 from .effective_settings import effective_settings
@@ -79,7 +79,7 @@ class Daemon:
         self._scheduler = None
         self._waiting_for_store = False
         self._feedback_due = 0.0  # time.monotonic() of the next feedback pass
-        # Without HA the store is locked for the process's life; with HA, only while the lease is held.
+        # Without HA the store is locked for the process's life (from start); with HA, only while the lease is held.
         service = self._service = build_service(config, alive=self.alive, keep_going=self._holding)
         self.store_lock, self.lease = service.store_lock, service.lease
         self.metrics, self.server = service.metrics, service.server
@@ -117,7 +117,7 @@ class Daemon:
             if self.store_lock.held or self.store_lock.acquire():
                 self._waiting_for_store = False
                 return True
-        except CheckpointError as exc:  # the store is away: stand by, like a lost lease
+        except StateStoreError as exc:  # the store is away: stand by, like a lost lease
             log.warning("lease held, but %s; standing by", exc)
             return False
         if not self._waiting_for_store:
@@ -140,7 +140,6 @@ class Daemon:
     def _poll_once(self) -> None:
         if time.monotonic() < self._retry_at or self._stop.is_set() or not self._holding():
             return
-        started = time.monotonic()
         try:
             self.store_lock.check()
         except Exception as exc:
@@ -152,10 +151,8 @@ class Daemon:
             self._failed(exc)
             return
         try:
-            self._feedback_pass()
+            self._feedback_pass()  # records its own failure
         except Exception as exc:
-            if self.metrics:
-                self.metrics.poll_finished(time.monotonic() - started, ok=False, pending=result.pending)
             self._failed(exc, "feedback pass failed")
             return
         if self._failures:
@@ -179,7 +176,7 @@ class Daemon:
             self._scheduler.add_job(
                 self._probe_receiver, "interval", seconds=self._config.poll.interval_seconds, id="probe", max_instances=1
             )
-        known = isinstance(exc, (SourceError, ExportError, CheckpointError))
+        known = isinstance(exc, (SourceError, ExportError, StateStoreError))
         log.error("%s (%s); retrying in %.1fs", what, exc if known else f"{exc.__class__.__name__}: {exc}", delay)
 
     def _probe_receiver(self) -> None:
@@ -251,6 +248,7 @@ class Daemon:
             misfire_grace_time=None,
             next_run_time=datetime.now(UTC),
         )
+        self._service.start()
         signal.signal(signal.SIGTERM, self.stop)
         signal.signal(signal.SIGINT, self.stop)
         signal.signal(signal.SIGHUP, self.hangup)
@@ -276,12 +274,5 @@ class Daemon:
             logging.shutdown()
             sys.stderr.flush()
             os._exit(EXIT_STOP_TIMEOUT)
-        if self.lease:
-            self.lease.release()
-        self.store_lock.release()
-        self._service.parts.close()
-        if self.server:
-            self.server.stop()
-        if self.metrics:
-            self.metrics.shutdown()
+        self._service.stop()
         log.info("stopped")

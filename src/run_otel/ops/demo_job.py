@@ -16,7 +16,7 @@ from ..factory import build_demo_sink, build_parts, build_poller
 from ..pipeline.recorder import Recorder
 from ..pipeline.results import PollResult
 from .demo import Workload, demo_config, generate, interesting_runs, seed_demo_database
-from .operations import RunTrace, run_traces
+from .show import RunTrace, run_traces
 
 
 @dataclass

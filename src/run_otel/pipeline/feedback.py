@@ -34,8 +34,10 @@ from ..mapping.feedback_vocab import UnmappedFeedback
 from ..sharding import in_shard
 from ..source.reader import Source
 from ..source.rows import FeedbackRow
-from .checkpoint import Checkpoint, CheckpointStore, SentRating
+from .checkpoint import Checkpoint
+from .ratings_ledger import SentRating
 from .recorder import Recorder
+from .state_store import StateStore
 
 if TYPE_CHECKING:  # its HTTP client loads only when Phoenix is configured
     from ..export.phoenix import PhoenixAnnotations
@@ -102,7 +104,7 @@ class FeedbackPass:
         self,
         config: FeedbackConfig,
         source: Source,
-        store: CheckpointStore,
+        store: StateStore,
         sender: FeedbackSender,
         recorder: Recorder | None = None,
         clock: Callable[[], float] = time.time,

@@ -17,12 +17,12 @@ from datetime import UTC, datetime
 from ..sharding import Shard, shard_option
 from ..source.reader import Source
 from ..source.rows import RunRow
-from .checkpoint import CheckpointError
+from .state_store import StateStoreError
 
 log = logging.getLogger(__name__)
 
 
-class SourceBehindError(CheckpointError):
+class SourceBehindError(StateStoreError):
     """The checkpoint's high-water mark is above the newest run id in the source."""
 
 

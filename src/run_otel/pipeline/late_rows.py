@@ -28,10 +28,10 @@ from ..config import PollConfig
 from ..mapping.spans import Late
 from ..source.reader import Source
 from ..source.rows import RunRow, ToolRow, is_terminal
-from .checkpoint import CheckpointStore
 from .recorder import Recorder
 from .results import ExportedRun
 from .run_export import RunExporter
+from .state_store import StateStore
 from .watch import Watched
 
 log = logging.getLogger(__name__)
@@ -42,7 +42,7 @@ class LatePass:
         self,
         poll: PollConfig,
         source: Source,
-        store: CheckpointStore,
+        store: StateStore,
         exporter: RunExporter,
         recorder: Recorder,
         clock: Callable[[], float] = time.time,

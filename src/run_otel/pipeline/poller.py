@@ -19,13 +19,14 @@ from ..sharding import in_shard
 from ..source.clock import zone_finding
 from ..source.reader import Source, SourceError
 from ..source.rows import RunRow
-from .checkpoint import Checkpoint, CheckpointStore
+from .checkpoint import Checkpoint
 from .gc_policy import BatchCollection
 from .guard import SourceGuard
 from .late_rows import LatePass
 from .recorder import Recorder
 from .results import PollResult
 from .run_export import RunExporter
+from .state_store import StateStore
 from .transitions import (
     Classified,
     Rules,
@@ -45,7 +46,7 @@ class Poller:
         self,
         poll: PollConfig,
         source: Source,
-        store: CheckpointStore,
+        store: StateStore,
         exporter: RunExporter,
         recorder: Recorder,
         late: LatePass | None = None,

@@ -28,13 +28,13 @@ from sqlalchemy.exc import SQLAlchemyError
 from ..config import StateConfig
 from ..sharding import Shard, shard_name
 from ..source.engine import make_engine, safe_url
-from .checkpoint import CheckpointError
 from .named_lock import NamedLock, lock_name
+from .state_store import StateStoreError
 
 log = logging.getLogger(__name__)
 
 
-class StoreLockedError(CheckpointError):
+class StoreLockedError(StateStoreError):
     """Another instance writes this state store and shard."""
 
 
@@ -102,7 +102,7 @@ class FileLock(StoreLock):
         try:
             fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
-            raise CheckpointError(f"{self.where}: cannot open the lock file {self._path}: {exc.strerror}") from None
+            raise StateStoreError(f"{self.where}: cannot open the lock file {self._path}: {exc.strerror}") from None
         try:
             # flock, not fcntl: SQLite's own POSIX locks on the database are dropped by any close in the process.
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -156,7 +156,7 @@ class MySqlStoreLock(StoreLock):
             conn.commit()
         except SQLAlchemyError as exc:
             self._lock.drop()  # its connection's end frees the lock, if it was taken
-            raise CheckpointError(f"{self.where}: cannot take the writer lock: {getattr(exc, 'orig', exc)}") from None
+            raise StateStoreError(f"{self.where}: cannot take the writer lock: {getattr(exc, 'orig', exc)}") from None
         self.held = True
         return True
 

@@ -14,22 +14,9 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sqlalchemy import BigInteger, Boolean, Column, Connection, Engine, Float, MetaData, String, Table, Text, select
+from sqlalchemy import Connection, Engine, select
 
-# Unix seconds need a double (see checkpoint.py).
-_Seconds = Float(precision=53)
-
-metadata = MetaData()
-watch_table = Table(
-    "run_otel_watch",
-    metadata,
-    Column("shard", String(64), primary_key=True),
-    Column("run_id", String(128), primary_key=True),
-    Column("run_pk", BigInteger, nullable=False),
-    Column("incomplete", Boolean, nullable=False),
-    Column("tool_ids", Text, nullable=False),
-    Column("until", _Seconds, nullable=False, index=True),
-)
+from .state_tables import watch_table
 
 
 @dataclass(frozen=True)

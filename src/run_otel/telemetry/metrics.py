@@ -1,4 +1,4 @@
-"""Run, RAG and bridge-health metrics, plus /metrics, /healthz and /readyz.
+"""Run, RAG and bridge-health metrics: the Recorder the passes tell, over the OpenTelemetry SDK.
 
 Runs are counted when their batch has been acknowledged *and* checkpointed
 (the poller calls :meth:`BridgeMetrics.runs_exported` after saving), so a
@@ -12,19 +12,16 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import MetricExporter, MetricReader, PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.export import MetricReader
 from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
 from opentelemetry.sdk.resources import Resource
 from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import choose_encoder
 
 from .. import __version__
-from ..config import ExportConfig, FeedbackConfig, MetricsConfig
+from ..config import FeedbackConfig
 from ..mapping import attributes as A
 from ..mapping.span_data import tool_span_id_for, trace_id_for
 from ..pipeline.recorder import Recorder
@@ -32,7 +29,7 @@ from ..pipeline.results import ExportedRun, PollResult
 from ..sharding import Shard, shard_name
 from ..source.rows import INTENTS, FeedbackRow
 from . import instruments as I
-from .exemplars import ExemplarCollector, ExemplarStore, span_context
+from .exemplars import ExemplarStore, span_context
 from .measurements import (
     NONE,
     OTHER,
@@ -45,7 +42,7 @@ from .measurements import (
     zero_series,
 )
 
-__all__ = ["NONE", "OTHER", "STATUSES", "BridgeMetrics", "HealthServer", "label", "metric_readers", "readiness"]
+__all__ = ["NONE", "OTHER", "STATUSES", "BridgeMetrics", "label"]
 
 log = logging.getLogger(__name__)
 
@@ -197,6 +194,11 @@ class BridgeMetrics(Recorder):
     def request_acknowledged(self) -> None:
         self.last_progress = time.time()
 
+    def feedback_failed(self) -> None:
+        with self._lock:
+            self.last_poll_ok = False
+            self.last_failure = time.time()
+
     def poll_finished(self, seconds: float, ok: bool, pending: int, oldest_pending: float = 0.0) -> None:
         self._get(I.POLL_DURATION).record(seconds, I.POLL_DURATION.labelled("ok" if ok else "error"))
         with self._lock:
@@ -228,120 +230,3 @@ class BridgeMetrics(Recorder):
 
     def shutdown(self) -> None:
         self.provider.shutdown()
-
-
-class HealthServer:
-    """/metrics (Prometheus text), /healthz (alive) and /readyz (ready) on one port."""
-
-    def __init__(
-        self,
-        host: str,
-        port: int,
-        registry: CollectorRegistry | None,
-        ready: Callable[[], tuple[bool, str]],
-        alive: Callable[[], tuple[bool, str]] = lambda: (True, "ok"),
-    ):
-        handler = _handler(registry, ready, alive)
-        self._server = ThreadingHTTPServer((host, port), handler)
-        self._server.daemon_threads = True
-        self.port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, name="run-otel-http", daemon=True)
-
-    def start(self) -> HealthServer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-
-def _handler(
-    registry: CollectorRegistry | None, ready: Callable[[], tuple[bool, str]], alive: Callable[[], tuple[bool, str]]
-) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
-            if path == "/metrics" and registry is not None:
-                # prometheus_client's own negotiation: OpenMetrics when the scraper asks for it.
-                encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
-                self._reply(200, encoder(registry), content_type)
-            elif path == "/healthz":
-                is_alive, why = alive()
-                self._reply(200 if is_alive else 503, (why + "\n").encode())
-            elif path == "/readyz":
-                is_ready, why = ready()
-                self._reply(200 if is_ready else 503, (why + "\n").encode())
-            else:
-                self._reply(404, b"not found\n")
-
-        def _reply(self, code: int, body: bytes, content_type: str = "text/plain; charset=utf-8") -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *_args: Any) -> None:  # scrapes every few seconds would flood the log
-            pass
-
-    return Handler
-
-
-def readiness(
-    metrics: BridgeMetrics, interval: float, request_seconds: float, clock: Callable[[], float] = time.time
-) -> Callable[[], tuple[bool, str]]:
-    """Ready unless a poll failed since the last progress, or no poll finished and no request was
-    acknowledged for three poll intervals plus ``request_seconds``, the longest a request may wait
-    for its answer: a backlog drained behind a slow receiver is progress, not a stall."""
-
-    def ready() -> tuple[bool, str]:
-        if metrics.standby:
-            return True, "ready: standby, another instance holds the lease"
-        if metrics.checkpoint_ahead_runs:
-            return False, f"not ready: the checkpoint is {metrics.checkpoint_ahead_runs} run ids ahead of the source; see the log"
-        if metrics.zone_message:
-            return False, f"not ready: {metrics.zone_message}"
-        now = clock()
-        if metrics.last_poll_ok and now - metrics.last_success <= 3 * interval:
-            return True, "ready"
-        latest = max(metrics.last_success, metrics.last_progress)
-        if not latest or metrics.last_failure > latest:
-            return False, "not ready: the last poll failed or none has finished yet"
-        quiet = now - latest
-        if quiet > 3 * interval + request_seconds:
-            return False, f"not ready: no poll finished and no request was acknowledged for {quiet:.0f}s"
-        if metrics.last_progress >= metrics.last_success:
-            return True, f"ready: a poll is draining; the last request was acknowledged {quiet:.0f}s ago"
-        return True, f"ready: a request is in flight; the last poll finished {quiet:.0f}s ago"
-
-    return ready
-
-
-def metric_readers(
-    config: MetricsConfig, export: ExportConfig
-) -> tuple[list[MetricReader], CollectorRegistry | None, ExemplarStore]:
-    """The readers the config asks for (pull, push, or both), the registry /metrics serves, and its exemplars."""
-    readers: list[MetricReader] = []
-    registry = None
-    exemplars = ExemplarStore()
-    if config.prometheus:
-        # The SDK's families go to a registry of their own; the served one adds their exemplars.
-        sdk_families = CollectorRegistry(auto_describe=True)
-        readers.append(PrometheusMetricReader(registry=sdk_families))
-        registry = CollectorRegistry()
-        registry.register(ExemplarCollector(sdk_families, exemplars))
-    if config.otlp:
-        readers.append(PeriodicExportingMetricReader(_otlp_metric_exporter(export), int(config.otlp_interval_seconds * 1000)))
-    return readers, registry, exemplars
-
-
-def _otlp_metric_exporter(config: ExportConfig) -> MetricExporter:
-    endpoint = config.resolved_endpoint()
-    if config.protocol == "http/protobuf":
-        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpExporter
-
-        return HttpExporter(endpoint=endpoint.rstrip("/") + "/v1/metrics", headers=config.headers)
-    from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcExporter
-
-    return GrpcExporter(endpoint=endpoint, insecure=config.insecure, headers=config.headers or None)
