@@ -26,6 +26,11 @@ def failed_polls(metrics: str) -> float:
     return float(match.group(1)) if match else 0.0
 
 
+def export_failures(metrics: str) -> float:
+    match = re.search(r"run_otel_export_failures_total\{[^}]*\} ([0-9.e+]+)", metrics)
+    return float(match.group(1)) if match else 0.0
+
+
 def test_the_state_store_removed_under_the_daemon_backs_off_and_recovers(agent_db, otlp, tmp_path):
     state_dir = tmp_path / "state"
     state_dir.mkdir()
@@ -82,6 +87,8 @@ def test_the_state_store_removed_under_the_daemon_backs_off_and_recovers(agent_d
 
 
 def test_a_failed_feedback_pass_takes_the_poll_failed_path(agent_db, tmp_path):
+    """Readiness drops, the next try backs off, and the failed send is counted as an export failure;
+    the poll before it succeeded and is counted once, as a good poll."""
     from helpers import feedback_spans
     from servers import Receiver
 
@@ -110,7 +117,9 @@ def test_a_failed_feedback_pass_takes_the_poll_failed_path(agent_db, tmp_path):
         agent_db.execute("UPDATE diagnosis_run SET feedback = 'DOWN', updated_at = NOW()")
         wait_for(lambda: "feedback pass failed" in daemon.output(), 30, "the feedback pass to fail")
         wait_for(lambda: _get(base + "/readyz")[0] == 503, 10, "readiness to drop")
-        assert failed_polls(_get(base + "/metrics")[1]) >= 1
+        metrics = _get(base + "/metrics")[1]
+        assert export_failures(metrics) >= 1
+        assert failed_polls(metrics) == 0  # every poll succeeded: none is recorded twice, once as failed
         line = next(line for line in daemon.output().splitlines() if "feedback pass failed" in line)
         assert "retrying in" in line, line
         receiver.start()

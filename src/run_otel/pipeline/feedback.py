@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from ..config import FeedbackConfig
 from ..export.logrecords import LogRecordSender
 from ..export.sending import RequestSender
+from ..export.sinks import ExportError
 from ..export.wire import RunSpans, WireSpans
 from ..mapping.evaluation import Evaluations
 from ..mapping.feedback_vocab import UnmappedFeedback
@@ -121,7 +122,9 @@ class FeedbackPass:
         """One pass over the exported runs (up to the saved checkpoint) created within the window."""
         try:
             return self._pass()
-        except Exception:
+        except Exception as exc:
+            if isinstance(exc, ExportError):
+                self._recorder.export_failed()
             self._recorder.feedback_failed()
             raise
 
