@@ -354,23 +354,39 @@ def answer(handler: BaseHTTPRequestHandler, status: int, content_type: str, data
 
 class HttpReceiver:
     """An OTLP/HTTP trace receiver (HTTP/1.1, as Python's server speaks it), with TLS and mTLS when
-    given a certificate: keeps each request's body and answers an empty ExportTraceServiceResponse."""
+    given a certificate: keeps each request's body and answers an empty ExportTraceServiceResponse.
+    With ``delay``, a slow one: each body is kept at once and answered this many seconds later
+    (drawn from the range), whether or not its sender still waits."""
 
-    def __init__(self, cert: Path | None = None, key: Path | None = None, client_ca: Path | None = None):
+    def __init__(
+        self,
+        cert: Path | None = None,
+        key: Path | None = None,
+        client_ca: Path | None = None,
+        delay: tuple[float, float] = (0.0, 0.0),
+    ):
         self.port = free_port()
         self.bodies: list[bytes] = []
         self._tls = (cert, key, client_ca)
+        self._delay = delay
         self._server: ThreadingHTTPServer | None = None
 
     def start(self) -> None:
-        bodies = self.bodies
+        bodies, delay = self.bodies, self._delay
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
             def do_POST(self):
                 bodies.append(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
-                answer(self, 200, "application/x-protobuf", trace_service_pb2.ExportTraceServiceResponse().SerializeToString())
+                if delay[1]:
+                    time.sleep(random.uniform(*delay))
+                try:
+                    answer(
+                        self, 200, "application/x-protobuf", trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
+                    )
+                except (BrokenPipeError, ConnectionResetError):
+                    self.close_connection = True  # the sender stopped waiting: its copy is kept all the same
 
             def log_message(self, *args):
                 pass
@@ -395,6 +411,20 @@ class HttpReceiver:
 
     def endpoint(self, scheme: str = "https") -> str:
         return f"{scheme}://127.0.0.1:{self.port}"
+
+    def spans(self) -> list:
+        """Every span received so far, as (resource, scope, span) protobuf triples, as Receiver.spans."""
+        out = []
+        for body in list(self.bodies):
+            if body[:2] == b"\x1f\x8b":  # export.compression = "gzip"
+                import gzip
+
+                body = gzip.decompress(body)
+            request = trace_service_pb2.ExportTraceServiceRequest.FromString(body)
+            for rs in request.resource_spans:
+                for ss in rs.scope_spans:
+                    out.extend((rs.resource, ss.scope, span) for span in ss.spans)
+        return out
 
 
 class Rotel:

@@ -122,3 +122,55 @@ def test_promtool_would_catch_a_wrong_expectation(tmp_path, alert):
     )
     done = subprocess.run([promtool(), "test", "rules", str(path)], capture_output=True, text=True)
     assert done.returncode != 0
+
+
+def _run_counts(success: str, failed: str) -> list[dict]:
+    labels = 'job="run-otel",instance="a:9464",intent="DIAGNOSIS"'
+    return [
+        {"series": f'diagnosis_runs_total{{{labels},status="{status}",release_outcome="{status}"}}', "values": values}
+        for status, values in (("SUCCESS", success), ("FAILED", failed))
+    ]
+
+
+def test_a_burn_only_the_6h_and_30m_pair_sees_pages(tmp_path):
+    """The SRE workbook's second page, 6x over 6h and 30m: 60% of runs failing (12x the default 5%
+    budget, under the 14.4x of the first pair) for six hours, looked at 8 minutes after it stopped.
+    The 30m window still holds the burn; a 5m one would not, so a pair of 6h and 5m stays silent."""
+
+    def expect(expr: str, *samples: tuple[str, float]) -> dict:
+        return {
+            "expr": expr,
+            "eval_time": "368m",
+            "exp_samples": [{"labels": labels, "value": value} for labels, value in samples],
+        }
+
+    job = '{job="run-otel"}'
+    path = tmp_path / "six_hours.yml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "rule_files": [str(RULES)],
+                "evaluation_interval": "1m",
+                "tests": [
+                    {
+                        "interval": "1m",
+                        # 100 runs a minute: 60 failing for 360 minutes, then none.
+                        "input_series": _run_counts("0+40x360 14400+100x10", "0+60x360 21600x10"),
+                        "promql_expr_test": [
+                            # The precondition: the first pair (14.4x over 1h and 5m) does not fire,
+                            # and the last 5 minutes are under 6x.
+                            expect("job:diagnosis_run_errors:ratio_rate1h < bool (14.4 * 0.05)", (job, 1)),
+                            expect("job:diagnosis_run_errors:ratio_rate5m < bool (6 * 0.05)", (job, 1)),
+                            expect(
+                                'count by (severity) (ALERTS{alertname="DiagnosisRunErrorBudgetBurn", alertstate="firing"})',
+                                ('{severity="critical"}', 1),
+                                ('{severity="warning"}', 1),
+                            ),
+                        ],
+                    }
+                ],
+            }
+        )
+    )
+    done = subprocess.run([promtool(), "test", "rules", str(path)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr

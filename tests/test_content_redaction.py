@@ -108,3 +108,12 @@ def test_every_content_path_is_redacted_with_the_error_message_corpus(agent_db, 
     assert any(k.endswith("document.content") for k in values), sorted(values)
     leaks = [(key, secret) for key, texts in values.items() for text in texts for _t, secret in CORPUS if secret in text]
     assert not leaks, leaks
+
+    # A failed call's output_preview is not its result: only a successful call carries one.
+    calls = [span for _r, _s, span in spans if any(kv.key == "gen_ai.tool.call.id" for kv in span.attributes)]
+    failed = [span for span in calls if span.status.code == 2]
+    assert len(failed) == len(calls) - len(failed) == len(CORPUS)  # the precondition: both kinds, each with a preview
+    for span in calls:
+        keys = {kv.key for kv in span.attributes}
+        carries = {"gen_ai.tool.call.result", "output.value"} & keys
+        assert carries == (set() if span in failed else {"gen_ai.tool.call.result", "output.value"}), (span.name, keys)

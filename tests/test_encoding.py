@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -59,6 +60,32 @@ def test_the_attribute_cache_tells_equal_values_apart():
     for value in (True, 1, 1.0, "1", ("1",), False, 0, 0.0, -0.0, 0.0):
         span = SpanData(b"\x01" * 16, b"\x02" * 8, b"", "n", 1, 2, (("k", value),))
         assert wire.replay(span) == encode_span(span).SerializeToString(), value
+
+
+# Where a varint takes one byte more: 2^7, 2^14 and 2^21, each with the value just under it.
+VARINT_EDGES = (127, 128, 16383, 16384, 2**21 - 1, 2**21)
+
+
+@pytest.mark.parametrize("n", VARINT_EDGES)
+def test_the_fast_bytes_equal_the_protobuf_runtime_at_each_varint_length(n):
+    """Random values hit these edges rarely; every length prefix and integer is written at each of them."""
+    at_edge = SpanData(
+        b"\x01" * 16,
+        b"\x02" * 8,
+        b"",
+        "n" * n,  # the name's length, and the span's and the request's lengths around it
+        1,
+        2,
+        (("count", n), ("text", "t" * n), ("list", ("l" * n,))),
+        2,
+        "m" * n,
+        dropped_attributes_count=n,
+        events=(("e" * n, 3, (("k", n),)),),
+    )
+    encoded = WireSpans(LIMITS).replay(at_edge)
+    assert encoded == encode_span(at_edge).SerializeToString()
+    reference = encode_request([encode_span(at_edge)], {"service.name": "svc"}).SerializeToString()
+    assert RequestFrame({"service.name": "svc"}).request([encoded]) == reference
 
 
 @settings(max_examples=150, deadline=None)

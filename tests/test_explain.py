@@ -69,3 +69,39 @@ def test_no_statement_scans_a_table(agent_db, otlp, tmp_path):
         columns = [d[0] for d in cur.description]
         assert [dict(zip(columns, row))["type"] for row in cur.fetchall()] == ["ALL"]
     conn.close()
+
+
+def test_a_poll_reads_its_runs_tool_rows_in_one_statement(agent_db, receiver, tmp_path):
+    """The tool rows of a poll's runs come in one ``run_id IN (...)`` query per poll.tool_chunk_size
+    runs, not one a run: counted in MariaDB's own general log, whatever the driver or the code sends."""
+    from helpers import seed
+
+    seed(agent_db, 20, seed_value=5, waiting=0)
+    agent_db.execute("UPDATE diagnosis_run SET status = 'SUCCESS' WHERE status IN ('PENDING', 'RUNNING')")  # all 20 sent
+    runs_with_tools = agent_db.execute("SELECT COUNT(DISTINCT run_id) FROM tool_invocation")[0][0]
+    # No late pass: it reads tool counts of the runs just sent, which is a statement of its own.
+    config = bridge_config(agent_db, tmp_path, receiver.endpoint, poll={"late_window_seconds": 0})
+    assert config.poll.tool_chunk_size >= 20  # the precondition: the poll's runs make one chunk
+    conn = agent_db.server.root()
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET GLOBAL log_output = 'TABLE'")
+            cur.execute("TRUNCATE TABLE mysql.general_log")
+            cur.execute("SET GLOBAL general_log = ON")
+        try:
+            with build_parts(config) as parts:
+                assert build_poller(parts).poll().run_count == 20
+        finally:
+            with conn.cursor() as cur:
+                cur.execute("SET GLOBAL general_log = OFF")
+        with conn.cursor() as cur:
+            cur.execute(
+                "SELECT CONVERT(argument USING utf8mb4) FROM mysql.general_log "
+                "WHERE command_type IN ('Query', 'Execute') AND CONVERT(argument USING utf8mb4) LIKE '%%tool_invocation%%'"
+            )
+            statements = [row[0] for row in cur.fetchall()]
+    finally:
+        conn.close()
+    assert runs_with_tools >= 10  # the precondition: most of the 20 runs have tool rows of their own
+    assert len(statements) == 1, statements
+    assert "run_id IN" in statements[0]

@@ -12,11 +12,12 @@ import sys
 import pytest
 from helpers import add_run, add_tool, bridge_sections, new_run_id, write_config
 
-# Retitles the terminal, clears it, and a NUL.
-HOSTILE = "a\x1b]0;pwned\x07b\x1b[2Jc\x00d"
-OBEYED = (b"\x1b]0;", b"\x1b[2J", b"\x00", b"\x07")
+# Retitles the terminal, clears it, and a NUL; clears it again with the one-character CSI of the
+# C1 controls (U+009B), and reverses the text after it with a bidirectional override (U+202E).
+HOSTILE = "a\x1b]0;pwned\x07b\x1b[2Jc\x00d\x9b2Je\u202ef"
+OBEYED = (b"\x1b]0;", b"\x1b[2J", b"\x00", b"\x07", "\x9b".encode(), "\u202e".encode())
 # The tool name as the operator must see it: each control character spelled out.
-SHOWN = rb"ta\x1b]0;pwned\x07b\x1b[2Jc\x00d"
+SHOWN = rb"ta\x1b]0;pwned\x07b\x1b[2Jc\x00d\x9b2Je\u202ef"
 
 
 def _command(args: list[str], tty: bool, env: dict) -> bytes:

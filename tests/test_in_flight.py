@@ -61,7 +61,12 @@ def test_a_run_in_flight_at_the_first_start_gets_its_rating_and_runs_it_never_se
     started = utc_now_naive() - timedelta(minutes=5)
     in_flight = new_run_id()
     add_run(conn, in_flight, status="RUNNING", created_at=started, updated_at=started)
-    # Finished and rated before the first start, between the run taken over and the mark: never sent.
+    # Finished and rated before the first start, between the two runs taken over: never sent.
+    between = new_run_id()
+    add_run(conn, between, feedback="UP", created_at=started, updated_at=started)
+    also_in_flight = new_run_id()
+    add_run(conn, also_in_flight, status="RUNNING", created_at=started, updated_at=started)
+    # Finished and rated before the first start, between the runs taken over and the mark: never sent.
     before = new_run_id()
     add_run(conn, before, feedback="UP", created_at=started, updated_at=started)
     conn.commit()
@@ -69,22 +74,24 @@ def test_a_run_in_flight_at_the_first_start_gets_its_rating_and_runs_it_never_se
     parts = build_parts(build_config(sections))
     poller, feedback = build_poller(parts), build_feedback(parts)
     assert feedback is not None
-    assert poller.poll().pending == 1  # the precondition: the running run was taken over below the mark
+    assert poller.poll().pending == 2  # the precondition: both running runs were taken over below the mark
     assert feedback.run().sent == 0
 
     with conn.cursor() as cur:
         cur.execute(
             "UPDATE diagnosis_run SET status='SUCCESS', feedback='DOWN', updated_at = UTC_TIMESTAMP() - INTERVAL 1 SECOND "
-            "WHERE run_id=%s",
-            (in_flight,),
+            "WHERE run_id IN (%s, %s)",
+            (in_flight, also_in_flight),
         )
     conn.commit()
-    assert poller.poll().run_count == 1
-    assert feedback.run().sent == 1
+    assert poller.poll().run_count == 2
+    assert feedback.run().sent == 2
     assert feedback.run().sent == 0  # once
-    (span,) = rating_spans(receiver, in_flight)
-    labels = {kv.key: kv.value.string_value for kv in span.attributes}
-    assert labels["gen_ai.evaluation.score.label"] == "DOWN"
-    assert rating_spans(receiver, before) == []  # a rating alone would open a trace with no run in it
+    for run_id in (in_flight, also_in_flight):
+        (span,) = rating_spans(receiver, run_id)
+        labels = {kv.key: kv.value.string_value for kv in span.attributes}
+        assert labels["gen_ai.evaluation.score.label"] == "DOWN"
+    # A rating alone would open a trace with no run in it.
+    assert rating_spans(receiver, between) == [] and rating_spans(receiver, before) == []
     parts.close()
     conn.close()

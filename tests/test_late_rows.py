@@ -45,6 +45,9 @@ def bridge(agent_db, receiver, tmp_path):
 
 def test_a_tool_row_committed_after_its_run_was_exported_joins_the_trace_once(agent_db, receiver, bridge, caplog):
     poller, reader = bridge
+    # The daemon's first tick, before the run exists: the late pass reads its watches from the state
+    # store now, and from then on holds only what each poll's checkpoint tells it was saved.
+    assert poller.poll().run_count == 0
     run_id = new_run_id()
     conn = agent_db.server.root(agent_db.name)
     finished = utc_now_naive() - timedelta(seconds=10)

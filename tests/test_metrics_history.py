@@ -385,7 +385,8 @@ def _runs_counted(series: dict) -> float:
 def test_the_history_and_the_daemon_count_each_run_once_across_the_cutover(tmp_path, receiver):
     """The procedure of docs/operations.md: the daemon starts with no checkpoint (start_from = "now"),
     the backfill's history ends at its start. A run in flight at the start is the daemon's: it takes
-    it over, and the history, reading the daemon's checkpoint, leaves it out."""
+    it over, and the history, reading the daemon's checkpoint, leaves it out. The newest run at the
+    start, where the daemon's mark is, had finished: the daemon starts after it, so it is the history's."""
     from click.testing import CliRunner
     from sqlalchemy import text
     from sqlalchemy.engine import make_url
@@ -397,7 +398,8 @@ def test_the_history_and_the_daemon_count_each_run_once_across_the_cutover(tmp_p
     now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
     url = f"sqlite:///{tmp_path / 'agent.db'}"
     before = [(f"old-{n}", "SUCCESS", now - timedelta(minutes=90 - n)) for n in range(20)]
-    _add_runs(url, [*before, ("in-flight", "RUNNING", now - timedelta(minutes=5))])
+    at_mark = ("at-mark", "SUCCESS", now - timedelta(minutes=4))
+    _add_runs(url, [*before, ("in-flight", "RUNNING", now - timedelta(minutes=5)), at_mark])
     (tmp_path / "run-otel.toml").write_text(
         f'[source]\nurl = "{url}"\n[state]\nurl = "sqlite:///{tmp_path / "state.db"}"\n'
         f'[export]\nendpoint = "{receiver.endpoint}"\n[poll]\nsettle_seconds = 0\n'
@@ -411,11 +413,12 @@ def test_the_history_and_the_daemon_count_each_run_once_across_the_cutover(tmp_p
         }
     )
 
-    # The daemon's first start, at T0 = now: after the newest run id, which is the run in flight.
+    # The daemon's first start, at T0 = now: after the newest run id, the finished run at the mark.
     metrics = build_metrics(config)
     with build_parts(config, recorder=metrics) as parts:
         poller = build_poller(parts)
-        assert poller.poll().pending == 1  # the run in flight is taken over: the daemon's
+        first = poller.poll()
+        assert (first.pending, first.run_count) == (1, 0)  # the run in flight is taken over; the one at the mark is not sent
         engine = make_engine(make_url(url))
         with engine.begin() as conn:  # it finishes after T0; two new runs come in
             conn.execute(
@@ -434,8 +437,9 @@ def test_the_history_and_the_daemon_count_each_run_once_across_the_cutover(tmp_p
     history = _runs_counted({key: points[-1][1] for key, points in samples(out.read_text()).items()})
 
     assert "1 run(s) left out, counted by the daemon" in result.output
-    # 20 old runs in the history; the one in flight and the 2 new ones live: 23 runs, each once.
-    assert (history, live) == (20, 3)
+    # 20 old runs and the one at the mark in the history; the one in flight and the 2 new ones live:
+    # 24 runs, each once.
+    assert (history, live) == (21, 3)
 
 
 def test_the_tee_passes_every_recorder_call_to_each_recorder():

@@ -280,3 +280,41 @@ def test_a_root_phoenix_never_stores_is_named_once_its_queue_is_done_with_the_ra
         assert "Phoenix never stored the root span of 1 rated runs" in caplog.text and "run-nowhere" in caplog.text
         assert annotations.look_again() == 0  # said once
     annotations.close()
+
+
+def test_the_feedback_pass_looks_again_at_what_it_left_to_phoenixs_queue(
+    agent_db, receiver, tmp_path, phoenix, monkeypatch, caplog
+):
+    """A rated run whose trace went to another receiver: the pass leaves its annotation to Phoenix's
+    queue, and a pass once that queue is done with it names the run, so the rating is not lost
+    unnoticed and nothing waits for it any longer."""
+    import uuid
+    from functools import partial
+
+    from helpers import add_finished_runs, bridge_config, rate
+
+    from run_otel.export import phoenix as phoenix_module
+    from run_otel.factory import build_feedback, build_parts, build_poller
+
+    # Phoenix's queue time is minutes; the annotations' clock is the test's, so it passes at once.
+    now = [0.0]
+    monkeypatch.setattr(phoenix_module, "PhoenixAnnotations", partial(phoenix_module.PhoenixAnnotations, clock=lambda: now[0]))
+    (trace_id,) = add_finished_runs(agent_db, 1)
+    run_id = f"run-{uuid.UUID(trace_id)}"
+    rate(agent_db, [run_id], "DOWN")
+    config = bridge_config(agent_db, tmp_path, receiver.endpoint, ui={"phoenix_url": phoenix.url})
+    with build_parts(config) as parts, caplog.at_level(logging.INFO, logger="run_otel"):
+        assert build_poller(parts).poll().run_count == 1  # the trace goes to the receiver, not to Phoenix
+        feedback = build_feedback(parts)
+        assert feedback is not None
+        assert feedback.run().sent == 1
+        assert "wait in its queue" in caplog.text  # the precondition: Phoenix lacked the root
+        now[0] = phoenix_module.QUEUE_SECONDS - 1
+        feedback.run()
+        assert "never stored" not in caplog.text  # Phoenix's queue may still store it
+        now[0] = phoenix_module.QUEUE_SECONDS
+        feedback.run()
+        named = [r.getMessage() for r in caplog.records if "Phoenix never stored the root span" in r.getMessage()]
+        assert len(named) == 1 and run_id in named[0], caplog.text
+        feedback.run()  # looked at once: not named again
+    assert len([r for r in caplog.records if "Phoenix never stored the root span" in r.getMessage()]) == 1

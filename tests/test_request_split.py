@@ -1,19 +1,28 @@
 """The request split, in the fast loop: spans packed under export.max_request_bytes, and a request
-the receiver refuses as too large sent again in halves, every span delivered once."""
+the receiver refuses as too large sent again in halves, every span delivered once. The packing is
+held end to end too: a poll of many small spans into the test's gRPC receiver."""
 
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 
+from helpers import utc_now_naive
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
+from sqlalchemy import insert
+from sqlalchemy.engine import make_url
 
+from run_otel.config import build_config
 from run_otel.export.encoding import RequestFrame
 from run_otel.export.sending import RequestSender
 from run_otel.export.sinks import Ack, TooLarge
 from run_otel.export.wire import RunSpans, WireSpans
+from run_otel.factory import build_parts, build_poller
 from run_otel.mapping.limits import AttributeLimits
 from run_otel.mapping.span_data import SpanData
+from run_otel.source.engine import make_engine
+from run_otel.source.schema import diagnosis_run, metadata, tool_invocation
 
 ENCODER = RequestFrame({"service.name": "diagnosis-agent"})
 WIRE = WireSpans(AttributeLimits())
@@ -86,3 +95,52 @@ def test_a_request_refused_as_too_large_is_sent_again_in_halves_each_span_once(c
     assert receiver.refused >= 1 and all(len(ids) <= 4 for ids in receiver.accepted)
     split = [r.getMessage() for r in caplog.records if "refused a request" in r.getMessage()]
     assert len(split) == 1 and "export.max_request_bytes" in split[0]  # said once, not at every halving
+
+
+def _small_tool_calls(url: str, runs: int, calls: int) -> None:
+    """``runs`` finished runs of ``calls`` tool calls each, every call a span of a few hundred bytes."""
+    engine = make_engine(make_url(url))
+    metadata.create_all(engine)
+    at = utc_now_naive() - timedelta(hours=1)
+    with engine.begin() as conn:
+        for n in range(runs):
+            run_id = f"run-{n:04d}"
+            row = dict(run_id=run_id, session_id="s", query="q", status="SUCCESS", created_at=at, updated_at=at)
+            conn.execute(insert(diagnosis_run).values(**row))
+            tool = dict(
+                session_id="s", run_id=run_id, tool_name="t", input_params="{}", duration_ms=5, success=True, created_at=at
+            )
+            conn.execute(insert(tool_invocation), [tool] * calls)
+    engine.dispose()
+
+
+def test_many_small_spans_are_packed_under_max_request_bytes_with_each_spans_frame_counted(tmp_path, receiver):
+    """A span's frame (its tag and length) is a few bytes: many small spans make hundreds of them in a
+    request, far more than the slack left for the lengths of the request's own fields."""
+    limit = 64 * 1024  # the smallest export.max_request_bytes allowed
+    url = f"sqlite:///{tmp_path / 'agent.db'}"
+    _small_tool_calls(url, runs=10, calls=100)
+    config = build_config(
+        {
+            "source": {"url": url},
+            "state": {"url": f"sqlite:///{tmp_path / 'state.db'}"},
+            "poll": {"start_from": "beginning", "settle_seconds": 0},
+            "export": {"endpoint": receiver.endpoint, "max_request_bytes": limit},
+            "feedback": {"enabled": False},
+        }
+    )
+    with build_parts(config) as parts:
+        assert build_poller(parts).poll().run_count == 10
+    sizes = [len(request) for request in receiver.requests]
+    per_request = [_span_count(request) for request in receiver.requests]
+    spans = receiver.spans()
+    assert len(spans) == 10 * 101  # every span, once
+    assert len({span.span_id for _r, _s, span in spans}) == len(spans)
+    # The precondition: the limit is what ends each request but the last, with hundreds of spans in each.
+    assert len(sizes) >= 3 and min(per_request[:-1]) >= 200, (sizes, per_request)
+    assert max(sizes) <= limit, sizes
+
+
+def _span_count(request: bytes) -> int:
+    parsed = ExportTraceServiceRequest.FromString(request)
+    return sum(len(scope.spans) for resource in parsed.resource_spans for scope in resource.scope_spans)

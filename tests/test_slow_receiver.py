@@ -10,7 +10,7 @@ import time
 import pytest
 import requests
 from helpers import DaemonProcess, bridge_sections, received_roots, run_cli, terminal_trace_ids, utc_now_naive, write_config
-from servers import Receiver, free_port, wait_for
+from servers import HttpReceiver, Receiver, free_port, wait_for
 
 from run_otel.ops.demo import generate, insert_workload
 
@@ -25,16 +25,26 @@ def seed(agent_db, runs: int, seed_value: int) -> None:
     insert_workload(agent_db.engine(), generate(seed_value, runs, anchor=utc_now_naive()))
 
 
-def test_once_behind_a_receiver_slower_than_the_timeout_drains_and_says_which_setting_to_raise(agent_db, tmp_path):
+# Each protocol's receiver, and the word its sink's log gives a request that got no answer in time.
+SLOW_RECEIVERS = {
+    "grpc": (lambda: Receiver(delay=SLOW), lambda r: r.endpoint, "DEADLINE_EXCEEDED"),
+    "http/protobuf": (lambda: HttpReceiver(delay=SLOW), lambda r: r.endpoint("http"), "ReadTimeout"),
+}
+
+
+@pytest.mark.parametrize("protocol", SLOW_RECEIVERS)
+def test_once_behind_a_receiver_slower_than_the_timeout_drains_and_says_which_setting_to_raise(agent_db, tmp_path, protocol):
     seed(agent_db, 30, 41)
-    receiver = Receiver(delay=SLOW)
+    make, endpoint, timed_out_word = SLOW_RECEIVERS[protocol]
+    receiver = make()
     receiver.start()
     path = write_config(
         tmp_path / "run-otel.toml",
         bridge_sections(
             agent_db,
             tmp_path,
-            receiver.endpoint,
+            endpoint(receiver),
+            protocol,
             poll={"batch_size": 10},
             export={"timeout_seconds": TIMEOUT, "max_timeout_seconds": 4},
         ),
@@ -51,7 +61,7 @@ def test_once_behind_a_receiver_slower_than_the_timeout_drains_and_says_which_se
     # the one under the longer deadline, which every later request keeps.
     spans = [span.span_id for _r, _s, span in receiver.spans()]
     assert len(spans) <= 2 * len(set(spans))
-    timed_out = done.stderr.count("DEADLINE_EXCEEDED")
+    timed_out = done.stderr.count(timed_out_word)
     assert 1 <= timed_out <= 2, done.stderr
 
 
