@@ -44,7 +44,7 @@ resources = st.dictionaries(st.text(min_size=1, max_size=20), text, max_size=5)
 
 
 # Limits no example reaches: these tests hold the encoding alone (tests/test_wire.py holds the cuts).
-LIMITS = AttributeLimits(value_length=10**6, list_length=10**6)
+LIMITS = AttributeLimits(value_length=10**9, list_length=10**9)
 # One encoder for every example, so its attribute cache is exercised across spans.
 SHARED = WireSpans(LIMITS, cache_size=64)
 
