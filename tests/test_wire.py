@@ -174,5 +174,5 @@ def test_the_value_caches_tell_equal_values_apart():
     for value in (True, 1, False, 0, "1", 0.0, -0.0):
         out.begin()
         out.put("k", value)
-        wire = out.finish(b"\x01" * 16, b"\x02" * 8, b"", "n", 1, 2, (0, "", ()), None)
+        wire = out.finish((b"\x01" * 16, b"\x02" * 8, b"", "n", 1, 2), (0, "", ()), None)
         assert wire == encode_span(SpanData(b"\x01" * 16, b"\x02" * 8, b"", "n", 1, 2, (("k", value),))).SerializeToString()

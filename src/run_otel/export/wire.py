@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 from ..mapping.limits import AttributeLimits
 from ..mapping.span_data import AttrValue, Event
-from ..mapping.span_out import SpanOut, Status
+from ..mapping.span_out import Head, SpanOut, Status
 from ..mapping.spans import Late, Mapper
 from ..source.rows import RunRow, ToolRow
 from .encoding import attribute_field, event_body, event_field, key_field, name_field, span_bytes, span_head
@@ -117,24 +117,15 @@ class WireSpans(SpanOut[bytes]):
             self._event_bodies.clear()
             self._cached = 0
 
-    def _make(
-        self,
-        trace_id: bytes,
-        span_id: bytes,
-        parent_span_id: bytes,
-        name: str,
-        start_ns: int,
-        end_ns: int,
-        status: Status,
-        dropped: int,
-    ) -> bytes:
+    def _make(self, head: Head, status: Status, dropped: int) -> bytes:
+        trace_id, span_id, parent_span_id, name, start_ns, end_ns = head
         encoded_name = self._names.get(name)
         if encoded_name is None:
             encoded_name = self._names[name] = name_field(name)
             self._hold()
-        head = span_head(trace_id, span_id, parent_span_id, encoded_name, start_ns, end_ns)
+        fields = span_head(trace_id, span_id, parent_span_id, encoded_name, start_ns, end_ns)
         code, message, events = status
-        return span_bytes(head, self._parts, dropped, [self._event(event) for event in events], code, message)
+        return span_bytes(fields, self._parts, dropped, [self._event(event) for event in events], code, message)
 
     def _event(self, event: Event) -> bytes:
         name, at_ns, attributes = event

@@ -11,7 +11,7 @@ import re
 
 from ..telemetry import instruments as I
 from .slo import slo_groups
-from .stack import Stack
+from .stack import HEALTH_DASHBOARD, RAG_DASHBOARD, RUNS_DASHBOARD, Stack
 
 # The defaults, as the committed files have them.
 DEFAULT = Stack()
@@ -19,7 +19,6 @@ THRESHOLDS: dict = DEFAULT.thresholds
 # Selects run-otel's own series. The shipped scrape config names the job run-otel.
 SELECTOR = DEFAULT.selector
 
-HEALTH_DASHBOARD, RUNS_DASHBOARD, RAG_DASHBOARD = "run-otel-health", "run-otel-runs", "run-otel-rag"
 CRITICAL, WARNING, INFO = "critical", "warning", "info"
 
 _SERVICE = 'resource.service.name = "diagnosis-agent"'

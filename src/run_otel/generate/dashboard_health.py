@@ -6,7 +6,7 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders.dashboard import Dashboard, Row
 
 from ..telemetry import instruments as I
-from .alerts import HEALTH_DASHBOARD, RAG_DASHBOARD, RUNS_DASHBOARD, since_last_success
+from .alerts import since_last_success
 from .dashboard_kit import (
     BLUE,
     INSTANCE,
@@ -24,7 +24,7 @@ from .dashboard_kit import (
     stat_panel,
     thresholds,
 )
-from .stack import Stack
+from .stack import HEALTH_DASHBOARD, RAG_DASHBOARD, RUNS_DASHBOARD, Stack
 
 WHERE = selector(JOB, INSTANCE)
 SHARDS = selector(JOB, INSTANCE, SHARD)

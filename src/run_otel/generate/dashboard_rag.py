@@ -6,7 +6,6 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders.dashboard import Dashboard, Row
 
 from ..telemetry import instruments as I
-from .alerts import HEALTH_DASHBOARD, RAG_DASHBOARD, RUNS_DASHBOARD
 from .dashboard_kit import (
     EXEMPLAR_NOTE,
     JOB,
@@ -25,7 +24,7 @@ from .dashboard_kit import (
     thresholds,
     trace_search_links,
 )
-from .stack import Stack
+from .stack import HEALTH_DASHBOARD, RAG_DASHBOARD, RUNS_DASHBOARD, Stack
 
 TOOLS = I.TOOL_INVOCATIONS.prometheus
 RETRIEVAL = selector(JOB, 'retrieval_layer!="none"')

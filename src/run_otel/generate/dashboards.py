@@ -14,7 +14,6 @@ from grafana_foundation_sdk.builders.dashboard import Dashboard, Row
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 
 from ..telemetry import instruments as I
-from .alerts import HEALTH_DASHBOARD, RAG_DASHBOARD, RUNS_DASHBOARD
 from .dashboard_health import health_dashboard
 from .dashboard_kit import (
     EXEMPLAR_NOTE,
@@ -35,7 +34,7 @@ from .dashboard_kit import (
 )
 from .dashboard_rag import rag_dashboard
 from .slo_panels import error_budget_panels
-from .stack import Stack
+from .stack import HEALTH_DASHBOARD, RAG_DASHBOARD, RUNS_DASHBOARD, Stack
 
 INTENT = 'intent=~"$intent"'
 

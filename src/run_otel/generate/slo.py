@@ -10,10 +10,9 @@ and clears minutes after the burn stops, however long the long window.
 from __future__ import annotations
 
 from ..telemetry import instruments as I
-from .stack import BURN_RATES, ERROR_WINDOWS, Stack
+from .stack import BURN_RATES, ERROR_WINDOWS, RUNS_DASHBOARD, Stack
 
 ALERT = "DiagnosisRunErrorBudgetBurn"
-RUNS_DASHBOARD = "run-otel-runs"
 
 
 def error_ratio_record(window: str) -> str:

@@ -37,6 +37,8 @@ BURN_RATES: tuple[tuple[str, float, str, str], ...] = (
     ("warning", 1.0, "3d", "6h"),
 )
 ERROR_WINDOWS: tuple[str, ...] = ("5m", "30m", "1h", "2h", "6h", "1d", "3d")
+# The three dashboards' uids: the alerts, the SLO and the dashboards' own links name them.
+HEALTH_DASHBOARD, RUNS_DASHBOARD, RAG_DASHBOARD = "run-otel-health", "run-otel-runs", "run-otel-rag"
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,8 @@ from .limits import AttributeLimits
 from .span_data import AttrValue, Event, SpanData
 
 T = TypeVar("T")
+# What names and places a span: trace id, span id, parent span id, name, start and end (ns).
+Head = tuple[bytes, bytes, bytes, str, int, int]
 # A span's status: code, message and events (an exception event for a failure).
 Status = tuple[int, str, tuple[Event, ...]]
 
@@ -46,32 +48,22 @@ class SpanOut(Generic[T]):
         for key, value in pairs:
             self.put(key, value)
 
-    def finish(
-        self,
-        trace_id: bytes,
-        span_id: bytes,
-        parent_span_id: bytes,
-        name: str,
-        start_ns: int,
-        end_ns: int,
-        status: Status,
-        cut: str | None,
-    ) -> T:
+    def finish(self, head: Head, status: Status, cut: str | None) -> T:
         """The span with the attributes put since ``begin``; ``cut`` names an attribute the
         mapper already shortened (an error message past content.max_length)."""
         if cut is not None:
             self._cut.insert(0, cut)
         if self._cut:
             self.put(A.RUN_OTEL_ATTRIBUTES_CUT, self.limits.cut_record(self._cut))
-        return self._make(trace_id, span_id, parent_span_id, name, start_ns, end_ns, status, self._dropped)
+        return self._make(head, status, self._dropped)
 
     def replay(self, span: SpanData) -> T:
         """A span made elsewhere (a rating's, say), written through this output."""
         self.begin()
         self.extend(span.attributes)
         self._dropped += span.dropped_attributes_count
-        status = (span.status_code, span.status_message, span.events)
-        return self.finish(span.trace_id, span.span_id, span.parent_span_id, span.name, span.start_ns, span.end_ns, status, None)
+        head = (span.trace_id, span.span_id, span.parent_span_id, span.name, span.start_ns, span.end_ns)
+        return self.finish(head, (span.status_code, span.status_message, span.events), None)
 
     def _admitted(self, key: str, value: AttrValue) -> AttrValue | None:
         """An attribute that does not fit, as the limits leave it, its cut recorded; None when removed."""
@@ -88,17 +80,7 @@ class SpanOut(Generic[T]):
     def _start(self) -> None:
         raise NotImplementedError
 
-    def _make(
-        self,
-        trace_id: bytes,
-        span_id: bytes,
-        parent_span_id: bytes,
-        name: str,
-        start_ns: int,
-        end_ns: int,
-        status: Status,
-        dropped: int,
-    ) -> T:
+    def _make(self, head: Head, status: Status, dropped: int) -> T:
         raise NotImplementedError
 
 
@@ -120,17 +102,8 @@ class ReadableSpans(SpanOut[SpanData]):
             value = admitted
         self._attrs.append((key, value))
 
-    def _make(
-        self,
-        trace_id: bytes,
-        span_id: bytes,
-        parent_span_id: bytes,
-        name: str,
-        start_ns: int,
-        end_ns: int,
-        status: Status,
-        dropped: int,
-    ) -> SpanData:
+    def _make(self, head: Head, status: Status, dropped: int) -> SpanData:
+        trace_id, span_id, parent_span_id, name, start_ns, end_ns = head
         code, message, events = status
         return SpanData(
             trace_id, span_id, parent_span_id, name, start_ns, end_ns, tuple(self._attrs), code, message, dropped, events

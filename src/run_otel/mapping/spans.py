@@ -124,7 +124,7 @@ class Mapper:
             out.put(A.RUN_COMPLETED_LATE, True)
             name, span_id, parent_id = f"{name} {A.COMPLETION_SUFFIX}", completion_span_id_for(run.run_id), root_id
         status = self._run_status(run, incomplete, end_ns)
-        spans.insert(0, out.finish(trace_id, span_id, parent_id, name, start_ns, end_ns, status, None))
+        spans.insert(0, out.finish((trace_id, span_id, parent_id, name, start_ns, end_ns), status, None))
         return spans, warnings
 
     def _run_start_ns(self, run: RunRow, warnings: list[str]) -> int:
@@ -221,16 +221,8 @@ class Mapper:
         operation = A.OPERATION_RETRIEVAL if tool.retrieval_layer is not None else A.OPERATION_EXECUTE_TOOL
         span_id = tool_span_id_for(run.run_id, tool.id)
         # A message past content.max_length is named as cut, as an attribute past the limits is.
-        return out.finish(
-            trace_id,
-            span_id,
-            root_id,
-            f"{operation} {tool.tool_name}",
-            start_ns,
-            end_ns,
-            status,
-            A.EXCEPTION_MESSAGE if cut else None,
-        )
+        head = (trace_id, span_id, root_id, f"{operation} {tool.tool_name}", start_ns, end_ns)
+        return out.finish(head, status, A.EXCEPTION_MESSAGE if cut else None)
 
     def _error_text(self, message: str | None) -> tuple[str, bool]:
         if message is not None and len(message) <= _MEMO_MAX_CHARS:
