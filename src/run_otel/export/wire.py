@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from ..mapping import attributes as A
 from ..mapping.limits import AttributeLimits
 from ..mapping.span_data import AttrValue, Event
 from ..mapping.span_out import Head, SpanOut, Status
@@ -23,19 +24,23 @@ from ..mapping.spans import Late, Mapper
 from ..source.rows import RunRow, ToolRow
 from .encoding import attribute_field, event_body, event_field, key_field, name_field, span_bytes, span_head
 
-# Longer values are encoded each time rather than held: they rarely repeat.
-_CACHED_MAX_CHARS = 256
+# Held values are at most this many bytes encoded: longer ones rarely repeat.
+_HELD_MAX_BYTES = 1024
+# Keys whose values never repeat from span to span: encoded each time, never held.
+_UNIQUE_KEYS = frozenset({A.GEN_AI_TOOL_CALL_ID})
 
 
 class _Key:
-    """One attribute key: its encoded field, and the attributes already encoded with it."""
+    """One attribute key: its encoded field, and the attributes already encoded with it, by the
+    value's class (True == 1, so a bool and an int are held apart; a float never is: 0.0 == -0.0)."""
 
     def __init__(self, key: str):
         self.field = key_field(key)
-        self.strings: dict[str, bytes] = {}
-        self.ints: dict[int, bytes] = {}
-        self.flags: dict[bool, bytes] = {}
-        self.lists: dict[tuple[str, ...], bytes] = {}
+        repeats = key not in _UNIQUE_KEYS
+        self.strings: dict[str, bytes] | None = {} if repeats else None
+        self.ints: dict[int, bytes] | None = {} if repeats else None
+        self.flags: dict[bool, bytes] | None = {} if repeats else None
+        self.lists: dict[tuple[str, ...], bytes] | None = {} if repeats else None
 
 
 class WireSpans(SpanOut[bytes]):
@@ -58,55 +63,36 @@ class WireSpans(SpanOut[bytes]):
         spec = self._keys.get(key)
         if spec is None:
             spec = self._keys[key] = _Key(key)
-        field: bytes | None
-        if isinstance(value, str):
-            field = spec.strings.get(value)
-            if field is None:
-                if not self.limits.fits(key, value):
-                    self._put_admitted(key, value)
-                    return
-                field = attribute_field(spec.field, value)
-                if len(value) <= _CACHED_MAX_CHARS:
-                    self._hold()
-                    spec.strings[value] = field
-        elif isinstance(value, bool):  # before int: a bool is an int
-            field = spec.flags.get(value)
-            if field is None:
-                if not self.limits.fits(key, value):
-                    self._put_admitted(key, value)
-                    return
-                field = spec.flags[value] = attribute_field(spec.field, value)
-        elif isinstance(value, int):
-            field = spec.ints.get(value)
-            if field is None:
-                if not self.limits.fits(key, value):
-                    self._put_admitted(key, value)
-                    return
-                field = attribute_field(spec.field, value)
-                self._hold()
-                spec.ints[value] = field
-        elif isinstance(value, tuple):
-            field = spec.lists.get(value)
-            if field is None:
-                if not self.limits.fits(key, value):
-                    self._put_admitted(key, value)
-                    return
-                field = attribute_field(spec.field, value)
-                if len(field) <= 4 * _CACHED_MAX_CHARS:
-                    self._hold()
-                    spec.lists[value] = field
+        kind = value.__class__
+        held: dict | None
+        if kind is str:
+            held = spec.strings
+        elif kind is int:
+            held = spec.ints
+        elif kind is bool:
+            held = spec.flags
+        elif kind is tuple:
+            held = spec.lists
         else:
-            if not self.limits.fits(key, value):
-                self._put_admitted(key, value)
+            held = None
+        field = held.get(value) if held is not None else None
+        if field is None:
+            field = self._encode(spec, key, value, held)
+            if field is None:
                 return
-            field = attribute_field(spec.field, value)
         self._parts.append(field)
 
-    def _put_admitted(self, key: str, value: AttrValue) -> None:
-        """A value past the limits: encoded as they leave it, never held."""
-        admitted = self._admitted(key, value)
-        if admitted is not None:
-            self._parts.append(attribute_field(self._keys[key].field, admitted))
+    def _encode(self, spec: _Key, key: str, value: AttrValue, held: dict | None) -> bytes | None:
+        """A value not held: tested against the limits (only values within them are held), then
+        encoded; None when the limits remove it."""
+        if not self.limits.fits(key, value):
+            admitted = self._admitted(key, value)
+            return None if admitted is None else attribute_field(spec.field, admitted)
+        field = attribute_field(spec.field, value)
+        if held is not None and len(field) <= _HELD_MAX_BYTES:
+            self._hold()
+            held[value] = field
+        return field
 
     def _hold(self) -> None:
         """Counts a value held; past ``cache_size`` every key forgets its values."""
@@ -133,7 +119,7 @@ class WireSpans(SpanOut[bytes]):
         if body is None:
             body = event_body(name, attributes)
             # Held only with text values: True == 1 and 0.0 == -0.0 would meet under one key.
-            if len(body) <= 4 * _CACHED_MAX_CHARS and all(value.__class__ is str for _, value in attributes):
+            if len(body) <= _HELD_MAX_BYTES and all(value.__class__ is str for _, value in attributes):
                 self._hold()
                 self._event_bodies[(name, attributes)] = body
         return event_field(at_ns, body)
