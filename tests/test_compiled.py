@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -55,6 +56,46 @@ def _wheel(checkout: Path, out: Path, **env: str) -> Path:
     return wheel
 
 
+def _site_packages(python: Path | str) -> Path:
+    found = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=_env(),
+    )
+    return Path(found.stdout.strip())
+
+
+def _venv_beside_this_one(venv: Path) -> Path:
+    """A virtualenv that sees this one's packages, so the wheel goes in without its dependencies.
+
+    A .pth line that is a plain path puts this virtualenv's site-packages on sys.path after the new
+    one's, and leaves its own .pth files unread: this checkout's editable install (a .pth naming src/)
+    stays out, and the wheel's modules are the ones imported."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, env=_env())
+    ours = {sysconfig.get_path("purelib"), sysconfig.get_path("platlib")}
+    (_site_packages(venv / "bin/python") / "run_otel_test_deps.pth").write_text("".join(f"{path}\n" for path in sorted(ours)))
+    return venv
+
+
+def _assert_the_wheel_is_imported_and_the_rest_is_reused(venv: Path, cwd: Path) -> None:
+    probe = (
+        "import pytest, sqlalchemy, run_otel, run_otel.export.encoding as e, run_otel.mapping.spans as s; "
+        "print(run_otel.__file__, e.__file__, s.__file__, pytest.__file__, sqlalchemy.__file__, sep='\\n')"
+    )
+    found = subprocess.run(
+        [str(venv / "bin/python"), "-c", probe], cwd=cwd, capture_output=True, text=True, timeout=120, env=_env()
+    )
+    assert found.returncode == 0, found.stderr[-3000:]
+    package, encoding, spans, *dependencies = (Path(line) for line in found.stdout.splitlines())
+    installed = _site_packages(venv / "bin/python")
+    assert package.is_relative_to(installed), package  # the wheel, not this checkout's src/
+    assert encoding.suffix == ".so" and spans.suffix == ".so", (encoding, spans)
+    ours = Path(sysconfig.get_path("purelib"))
+    assert all(path.is_relative_to(ours) for path in dependencies), dependencies  # reused, not installed again
+
+
 @pytest.mark.slow
 @pytest.mark.server
 def test_the_compiled_core_passes_the_tests_of_the_python_one(tmp_path):
@@ -64,12 +105,16 @@ def test_the_compiled_core_passes_the_tests_of_the_python_one(tmp_path):
     compiled = [n for n in zipfile.ZipFile(wheel).namelist() if n.endswith(".so")]
     assert any(n.startswith("run_otel/export/encoding.") for n in compiled), compiled
     assert any(n.startswith("run_otel/mapping/spans.") for n in compiled), compiled
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, env=_env())
+    venv = _venv_beside_this_one(tmp_path / "venv")
     installed = subprocess.run(
-        [str(venv / "bin/pip"), "install", "-q", f"{wheel}[test]"], capture_output=True, text=True, timeout=900, env=_env()
+        [sys.executable, "-m", "pip", "--python", str(venv / "bin/python"), "install", "-q", "--no-deps", str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=_env(),
     )
     assert installed.returncode == 0, installed.stderr[-3000:]
+    _assert_the_wheel_is_imported_and_the_rest_is_reused(venv, checkout)
     tested = subprocess.run(
         [str(venv / "bin/python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", "--basetemp", str(tmp_path / "t"), *TESTS],
         cwd=checkout,

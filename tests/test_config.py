@@ -1,10 +1,14 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
 import pytest
+from helpers import write_config
 
 from run_otel.config import SECTIONS, Config, ConfigError, build_config, load_config, overridden_file_keys
 
@@ -69,7 +73,7 @@ def test_environment_overrides_file(tmp_path):
 
 
 def test_bad_environment_override_is_named():
-    with pytest.raises(ConfigError, match="poll.batch_size"):
+    with pytest.raises(ConfigError, match="^RUN_OTEL_POLL__BATCH_SIZE: poll.batch_size must be an integer, got 'many'$"):
         load_config(None, environ={"RUN_OTEL_POLL__BATCH_SIZE": "many"})
 
 
@@ -205,3 +209,131 @@ def test_an_otlp_http_endpoint_without_a_scheme_is_a_config_error():
         build_config({"export": {"protocol": "http/protobuf", "endpoint": "127.0.0.1:4318"}})
     assert build_config({"export": {"protocol": "grpc", "endpoint": "127.0.0.1:4317"}}).export.endpoint == "127.0.0.1:4317"
     assert build_config({"export": {"protocol": "http/protobuf", "endpoint": "https://c:4318"}}).export.protocol
+
+
+# -- every error in one pass ---------------------------------------------------------------
+
+# One mistake of each kind the loader finds, as sections of a file, with the line that names it.
+FILE_MISTAKES = [
+    ({"pol": {"interval_seconds": 3}}, "unknown config section [pol]"),
+    ({"poll": {"intervl_seconds": 3}}, "unknown config key poll.intervl_seconds"),
+    ({"metrics": {"port": "http"}}, "metrics.port must be an integer, got 'http'"),
+    ({"export": {"compression": "brotli"}}, "export.compression must be one of none, gzip, got 'brotli'"),
+    ({"poll": {"batch_size": 0}}, "poll.batch_size must be greater than 0, got 0"),
+    (
+        {"ha": {"enabled": True, "takeover_seconds": 5}, "poll": {"interval_seconds": 10}},
+        "ha.takeover_seconds (5) must be longer than poll.interval_seconds (10)",
+    ),
+    ({"source": {"tls_mode": "verify_ca", "tls_ca": "MISSING"}}, "source.tls_ca: no such file: MISSING"),
+    ({"content": {"redact": ["ok", "(unclosed"]}}, "content.redact: bad regex '(unclosed'"),
+    ({"export": {"protocol": "http/protobuf", "endpoint": "collector:4318"}}, "export.endpoint 'collector:4318' has no scheme"),
+    ({"state": {"url": "not a url"}}, "state.url is not a SQLAlchemy URL"),
+    ({"generate": {"thresholds": {"min_runs": 2.5}}}, "generate.thresholds.min_runs counts whole runs"),
+]
+# And of the variables: each is named as the environment spells it.
+VARIABLE_MISTAKES = [
+    ({"RUN_OTEL_POLL__INTERVALL_SECONDS": "10"}, "RUN_OTEL_POLL__INTERVALL_SECONDS: unknown config key poll.intervall_seconds"),
+    ({"RUN_OTEL_LOG__LEVEL": "LOUD"}, "RUN_OTEL_LOG__LEVEL: log.level must be one of DEBUG, INFO, WARNING, ERROR, got 'LOUD'"),
+    ({"OTEL_EXPORTER_OTLP_TIMEOUT": "soon"}, "OTEL_EXPORTER_OTLP_TIMEOUT must be a number of milliseconds, got 'soon'"),
+]
+
+
+def _mistakes(tmp_path: Path) -> tuple[list[tuple[dict, str]], list[tuple[dict, str]]]:
+    missing = str(tmp_path / "no-such-ca.pem")
+    files = [
+        ({s: {k: missing if v == "MISSING" else v for k, v in values.items()} for s, values in sections.items()}, line)
+        for sections, line in FILE_MISTAKES
+    ]
+    return [(sections, line.replace("MISSING", missing)) for sections, line in files], VARIABLE_MISTAKES
+
+
+def _all_of(mistakes: list[tuple[dict, str]]) -> dict:
+    merged: dict = {}
+    for sections, _line in mistakes:
+        for section, values in sections.items():
+            merged.setdefault(section, {}).update(values)
+    return merged
+
+
+def _environment(mistakes: list[tuple[dict, str]]) -> dict[str, str]:
+    return {name: value for variables, _line in mistakes for name, value in variables.items()}
+
+
+def _error_lines(path: Path | None, environ: dict[str, str]) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        load_config(path, environ=environ)
+    return str(info.value).splitlines()
+
+
+def _holding(lines: list[str], fragment: str) -> list[str]:
+    return [line for line in lines if fragment in line]
+
+
+def test_a_file_with_many_errors_gets_every_one_in_one_message_a_line_each(tmp_path):
+    files, variables = _mistakes(tmp_path)
+    # The precondition: each mistake alone is one error, the one expected, so none hides behind another.
+    for sections, fragment in files:
+        lines = _error_lines(write_config(tmp_path / "one.toml", sections), {})
+        assert len(lines) == 1 and fragment in lines[0], (sections, lines)
+    for environ, fragment in variables:
+        lines = _error_lines(None, environ)
+        assert len(lines) == 1 and lines[0].startswith(fragment), (environ, lines)
+
+    path = write_config(tmp_path / "all.toml", _all_of(files))
+    lines = _error_lines(path, _environment(variables))
+    for _mistake, fragment in files + variables:
+        assert len(_holding(lines, fragment)) == 1, (fragment, lines)
+    assert len(lines) == len(files) + len(variables), lines
+
+
+def test_a_value_found_bad_is_not_judged_again_by_the_checks_that_read_it(tmp_path):
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    ha = {"enabled": True, "takeover_seconds": 3}
+    # The precondition: the checks across keys fire on sound values.
+    assert _holding(
+        _error_lines(write_config(tmp_path / "a.toml", {"ha": ha, "poll": {"interval_seconds": 10}}), {}), "ha.takeover"
+    )
+    ca_without_check = {"source": {"tls_ca": str(ca), "tls_mode": "required"}}
+    assert _holding(_error_lines(write_config(tmp_path / "b.toml", ca_without_check), {}), "source.tls_ca is set but")
+    # A bad interval keeps its default (5 s, under the 3 s takeover), and a bad mode is no mode: neither is judged again.
+    bad_interval = write_config(tmp_path / "c.toml", {"ha": ha, "poll": {"interval_seconds": "fast"}})
+    assert _error_lines(bad_interval, {}) == ["poll.interval_seconds must be a number, got 'fast'"]
+    bad_mode = write_config(tmp_path / "d.toml", {"source": {"tls_ca": str(ca), "tls_mode": "bogus"}})
+    (line,) = _error_lines(bad_mode, {})
+    assert line.startswith("source.tls_mode must be one of") and line.endswith("got 'bogus'")
+
+
+def test_each_bad_item_of_a_list_is_an_error_of_its_own():
+    config = {"content": {"redact": ["(one", "fine", "[two"]}, "trace": {"conventions": ["zipkin", "gen_ai", "jaeger"]}}
+    with pytest.raises(ConfigError) as info:
+        build_config(config)
+    lines = str(info.value).splitlines()
+    for fragment in (
+        "conventions: unknown profile 'zipkin'",
+        "conventions: unknown profile 'jaeger'",
+        "bad regex '(one'",
+        "bad regex '[two'",
+    ):
+        assert len(_holding(lines, fragment)) == 1, (fragment, lines)
+    assert len(lines) == 4, lines
+
+
+def test_check_prints_every_error_of_the_config_each_on_a_line_of_its_own(tmp_path):
+    files, variables = _mistakes(tmp_path)
+    path = write_config(tmp_path / "all.toml", _all_of(files))
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("RUN_OTEL_", "OTEL_"))}
+    done = subprocess.run(
+        [sys.executable, "-m", "run_otel", "check", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**clean, **_environment(variables)},
+    )
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert all(line.startswith("run-otel: error: config: ") for line in lines), lines
+    for _mistake, fragment in files + variables:
+        assert len(_holding(lines, fragment)) == 1, (fragment, lines)
+    assert len(lines) == len(files) + len(variables), lines
+    assert "Traceback" not in done.stderr and "check passed" not in done.stdout

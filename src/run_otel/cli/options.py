@@ -41,6 +41,12 @@ def fail(message: str, code: int = EXIT_FAILED) -> None:
     sys.exit(code)
 
 
+def fail_config(error: Exception) -> None:
+    """Every error the config holds, each on a line of its own that stands alone (a terminal,
+    grep, journald), so the file is fixed in one pass."""
+    fail("\nrun-otel: error: ".join(f"config: {line}" for line in str(error).splitlines()), EXIT_USAGE)
+
+
 def load(config_path: Path | None, shard: str | None = None, demo: bool = False) -> Config:
     if not demo and not config_path and not os.environ.get("RUN_OTEL_SOURCE__URL"):
         # The defaults point at the demo's SQLite files: never run against them by accident.
@@ -60,7 +66,7 @@ def load(config_path: Path | None, shard: str | None = None, demo: bool = False)
             config = replace(config, shard=parse_shard(shard))
         config.source.connect_url()  # reads source.password_file now, so a bad path fails at start
     except (ConfigError, ShardError) as exc:
-        fail(f"config: {exc}", EXIT_USAGE)
+        fail_config(exc)
     except OSError as exc:
         fail(f"config: source.password_file: {exc.strerror}: {exc.filename}", EXIT_USAGE)
     scrubber = Scrubber.for_secrets(configured_secrets(config.export, config.source, config.state))
@@ -92,7 +98,7 @@ def guarded(action: Callable[[], None]) -> None:
     try:
         action()
     except ConfigError as exc:  # found only when a part is built, such as a driver that is not installed
-        fail(f"config: {exc}", EXIT_USAGE)
+        fail_config(exc)
     except (SourceError, ExportError, StateStoreError, LeaseError, MetricsPortError, Refused) as exc:
         fail(str(exc))
 

@@ -1,8 +1,10 @@
 """One typed configuration, built once at start and passed in: the sections
-(``sections``) and how they are read from the file and the environment
-(``loading``)."""
+(``sections``), how they are read from the file and the environment
+(``loading``), and the checks of their values, every error reported at once
+(``checks``)."""
 
-from .loading import MIN_REQUEST_BYTES, build_config, load_config, overridden_file_keys
+from .checks import MIN_REQUEST_BYTES
+from .loading import build_config, load_config, overridden_file_keys
 from .sections import (
     CONFIG_ENV,
     ENV_PREFIX,
