@@ -634,24 +634,47 @@ class Jaeger(CollectorProgram):
 
 class Collector(CollectorProgram):
     """The OpenTelemetry Collector with the repository's config/otel-collector.yaml, sending to
-    the test's Jaeger and, in place of Tempo, to a Receiver."""
+    the test's Jaeger and, in place of Tempo, to a Receiver. Its queue directory is in ``base``,
+    and outlives a restart of the same Collector."""
 
-    def __init__(self, base: Path, jaeger: str, tempo: str):
+    def __init__(self, base: Path, jaeger: str, tempo: str, config: Path = ROOT / "config" / "otel-collector.yaml"):
         self.grpc_port, self.http_port = free_port(), free_port()
         health_port = free_port()
+        self.queue_dir = base / "otelcol-queue"
         super().__init__(
             base,
             "otelcol",
-            ROOT / "config" / "otel-collector.yaml",
+            config,
             {
                 "receivers.otlp.protocols.grpc.endpoint": f"127.0.0.1:{self.grpc_port}",
                 "receivers.otlp.protocols.http.endpoint": f"127.0.0.1:{self.http_port}",
                 "exporters.otlp_grpc/jaeger.endpoint": jaeger,
                 "exporters.otlp_grpc/tempo.endpoint": tempo,
                 "extensions.health_check.endpoint": f"127.0.0.1:{health_port}",
+                "extensions.file_storage.directory": str(self.queue_dir),
+                "extensions.file_storage.compaction.directory": str(self.queue_dir),
             },
             f"http://127.0.0.1:{health_port}/",
         )
+
+    def metric(self, name: str, **labels: str) -> float:
+        """The sum of one of the collector's own metrics over the series with these labels."""
+        import requests
+
+        text = requests.get(f"http://127.0.0.1:{self.telemetry_port}/metrics", timeout=5).text
+        total = 0.0
+        for line in text.splitlines():
+            series, _, value = line.rpartition(" ")
+            if series.split("{")[0] == name and all(f'{k}="{v}"' in series for k, v in labels.items()):
+                total += float(value)
+        return total
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown, no flush, as a crash or the OOM killer ends it."""
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait()
+        self.process = None
 
 
 class Phoenix:

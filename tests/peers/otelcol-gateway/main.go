@@ -9,6 +9,7 @@ import (
 	"log"
 
 	"github.com/open-telemetry/opentelemetry-collector-contrib/exporter/loadbalancingexporter"
+	"github.com/open-telemetry/opentelemetry-collector-contrib/extension/storage/filestorage"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/confmap"
 	"go.opentelemetry.io/collector/confmap/provider/envprovider"
@@ -24,6 +25,10 @@ import (
 func components() (otelcol.Factories, error) {
 	var err error
 	factories := otelcol.Factories{Telemetry: otelconftelemetry.NewFactory()}
+	// file_storage keeps the sending queue on disk, so a crash loses no acknowledged span.
+	if factories.Extensions, err = otelcol.MakeFactoryMap(filestorage.NewFactory()); err != nil {
+		return factories, err
+	}
 	if factories.Receivers, err = otelcol.MakeFactoryMap(otlpreceiver.NewFactory()); err != nil {
 		return factories, err
 	}
