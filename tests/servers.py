@@ -620,6 +620,25 @@ class CollectorProgram:
         stop_process(self.process, 20)
         self.process = None
 
+    def metric(self, name: str, **labels: str) -> float:
+        """The sum of one of the collector's own metrics over the series with these labels."""
+        import requests
+
+        text = requests.get(f"http://127.0.0.1:{self.telemetry_port}/metrics", timeout=5).text
+        total = 0.0
+        for line in text.splitlines():
+            series, _, value = line.rpartition(" ")
+            if series.split("{")[0] == name and all(f'{k}="{v}"' in series for k, v in labels.items()):
+                total += float(value)
+        return total
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown, no flush, as a crash or the OOM killer ends it."""
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait()
+        self.process = None
+
 
 def validate_config(program: str, config: Path) -> subprocess.CompletedProcess:
     """`<program> validate`: loads the config the way the program would, without starting it."""
@@ -668,24 +687,56 @@ class Jaeger(CollectorProgram):
 
 class Collector(CollectorProgram):
     """The OpenTelemetry Collector with the repository's config/otel-collector.yaml, sending to
-    the test's Jaeger and, in place of Tempo, to a Receiver."""
+    the test's Jaeger and, in place of Tempo, to a Receiver. Its queue directory is in ``base``,
+    and outlives a restart of the same Collector."""
 
-    def __init__(self, base: Path, jaeger: str, tempo: str):
+    def __init__(self, base: Path, jaeger: str, tempo: str, config: Path = ROOT / "config" / "otel-collector.yaml"):
         self.grpc_port, self.http_port = free_port(), free_port()
         health_port = free_port()
+        self.queue_dir = base / "otelcol-queue"
         super().__init__(
             base,
             "otelcol",
-            ROOT / "config" / "otel-collector.yaml",
+            config,
             {
                 "receivers.otlp.protocols.grpc.endpoint": f"127.0.0.1:{self.grpc_port}",
                 "receivers.otlp.protocols.http.endpoint": f"127.0.0.1:{self.http_port}",
                 "exporters.otlp_grpc/jaeger.endpoint": jaeger,
                 "exporters.otlp_grpc/tempo.endpoint": tempo,
                 "extensions.health_check.endpoint": f"127.0.0.1:{health_port}",
+                "extensions.file_storage.directory": str(self.queue_dir),
+                "extensions.file_storage.compaction.directory": str(self.queue_dir),
             },
             f"http://127.0.0.1:{health_port}/",
         )
+
+
+class Gateway(CollectorProgram):
+    """The collector gateway with the repository's config/otel-gateway.yaml: its DNS resolver finds one
+    backend, 127.0.0.1, on ``backend_port``. Its build has no health extension: it is up once its
+    OTLP port listens. Its queue directory is in ``base``, and outlives a restart."""
+
+    def __init__(self, base: Path, backend_port: int, config: Path = ROOT / "config" / "otel-gateway.yaml"):
+        self.grpc_port = free_port()
+        self.queue_dir = base / "otelcol-gateway-queue"
+        super().__init__(
+            base,
+            "otelcol-gateway",
+            config,
+            {
+                "receivers.otlp.protocols.grpc.endpoint": f"127.0.0.1:{self.grpc_port}",
+                "exporters.loadbalancing.resolver.dns.hostname": "127.0.0.1",
+                "exporters.loadbalancing.resolver.dns.port": f'"{backend_port}"',  # a string, as in the file
+                "extensions.file_storage.directory": str(self.queue_dir),
+                "extensions.file_storage.compaction.directory": str(self.queue_dir),
+            },
+            "",
+        )
+
+    def _healthy(self) -> bool:
+        if self.process and self.process.poll() is not None:
+            raise RuntimeError(f"{self.name} exited: {(self.base / f'{self.name}.log').read_text()[-2000:]}")
+        return _port_open(self.grpc_port)
 
 
 class Phoenix:

@@ -65,9 +65,17 @@ def test_images_are_pinned_and_ports_stay_on_loopback():
             assert port.startswith("127.0.0.1:"), (name, port)
 
 
+def one_shot(name: str) -> bool:
+    """A service another waits on to finish (service_completed_successfully): it runs once and exits."""
+    waits = [s.get("depends_on") for s in SERVICES.values()]
+    return any(isinstance(w, dict) and w.get(name, {}).get("condition") == "service_completed_successfully" for w in waits)
+
+
 def test_every_service_restarts_and_jaeger_runs_the_config_the_tests_validate():
     for name, service in SERVICES.items():
-        assert service.get("restart") == "unless-stopped", name
+        # One that runs once must not be restarted: unless-stopped would run it again and again.
+        assert service.get("restart") == ("no" if one_shot(name) else "unless-stopped"), name
+    assert [name for name in SERVICES if one_shot(name)] == ["otel-collector-queue"]
     jaeger = SERVICES["jaeger"]
     (mount,) = [v.split(":") for v in jaeger["volumes"]]
     assert mount[0] == "./config/jaeger.yaml"  # tests/test_peer_configs.py loads it in Jaeger v2
@@ -97,6 +105,51 @@ def test_the_collector_forwards_to_jaeger_and_tempo():
     assert ("tempo", tempo_port) in targets
     assert ("jaeger", 4317) in targets  # Jaeger v2 receives OTLP on 4317
     assert TEMPO["overrides"]["defaults"]["metrics_generator"]["processors"]
+
+
+def shipped_collector_configs() -> list[Path]:
+    """Every collector config under config/ and deploy/: a YAML file with receivers, exporters and a
+    service, but Jaeger's, which stores the spans itself."""
+    found = []
+    for path in sorted([*(ROOT / "config").rglob("*.y*ml"), *(ROOT / "deploy").rglob("*.y*ml")]):
+        loaded = yaml.safe_load(path.read_text())
+        if isinstance(loaded, dict) and {"receivers", "exporters", "service"} <= set(loaded):
+            if "jaeger_storage" not in loaded.get("extensions", {}):
+                found.append(path)
+    assert {p.name for p in found} >= {"otel-collector.yaml", "otel-gateway.yaml"}
+    return found
+
+
+QUEUE_DIR = "/var/lib/otelcol/file_storage"
+
+
+@pytest.mark.parametrize("path", shipped_collector_configs(), ids=lambda p: p.name)
+def test_every_shipped_collector_keeps_what_it_acknowledged_on_disk(path):
+    """Each exporter's sending queue is on the file_storage extension, in the directory the docs put
+    on a persistent volume; nothing in a pipeline acknowledges what it holds only in memory."""
+    config = yaml.safe_load(path.read_text())
+    storage = config["extensions"]["file_storage"]
+    assert storage["directory"] == storage["compaction"]["directory"] == QUEUE_DIR
+    assert "file_storage" in config["service"]["extensions"]
+    for pipeline in config["service"]["pipelines"].values():
+        assert "batch" not in pipeline["processors"]  # the batch processor answers before it has sent
+        for name in pipeline["exporters"]:
+            exporter = config["exporters"][name]
+            assert exporter["sending_queue"]["storage"] == "file_storage", name
+            assert exporter["retry_on_failure"]["max_elapsed_time"] == "0s", name  # the queue outlives any outage
+            # The loadbalancing exporter's per-backend queue would be in memory, in front of the disk.
+            inner = exporter.get("protocol", {}).get("otlp", {})
+            assert not inner or inner["sending_queue"] == {"enabled": False}, name
+
+
+def test_the_compose_collector_keeps_its_queue_on_a_volume_it_can_write():
+    collector = SERVICES["otel-collector"]
+    volume = f"otel-collector-queue:{QUEUE_DIR}"
+    assert volume in collector["volumes"] and "otel-collector-queue" in COMPOSE["volumes"]
+    prepare = SERVICES["otel-collector-queue"]
+    assert prepare["volumes"] == [volume] and "ports" not in prepare
+    assert prepare["command"] == ["chown", "10001:10001", QUEUE_DIR]  # the contrib image's user
+    assert collector["depends_on"]["otel-collector-queue"]["condition"] == "service_completed_successfully"
 
 
 def test_grafana_datasources_point_at_compose_services():

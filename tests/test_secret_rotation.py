@@ -1,5 +1,6 @@
 """A rotated database password and SIGHUP, on a real MariaDB: the daemon takes up the
-rewritten password file without a restart, and SIGHUP reloads what it can and keeps running."""
+rewritten password file without a restart, SIGHUP reloads what it can and keeps running, and
+`check` calls a refused password a refused login, not an unreachable database."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import AgentDb
+from conftest import DRIVERS, AgentDb
 from helpers import DaemonProcess, add_finished_runs, bridge_sections, received_roots, run_cli, write_config
-from servers import wait_for
+from servers import free_port, wait_for, with_driver
 
 from run_otel.source.password_file import readable_by_others
 
@@ -145,3 +146,37 @@ def test_check_and_the_start_line_warn_of_a_password_file_others_can_read(agent_
         assert daemon.terminate() == 0
     secret.chmod(0o400)
     assert "readable by" not in run_cli("check", "--config", str(config)).stdout
+
+
+def _database_line(config: Path) -> tuple[int, str, str]:
+    checked = run_cli("check", "--config", str(config))
+    lines = [line for line in checked.stdout.splitlines() if " database: " in line]
+    assert lines, checked.stdout + checked.stderr
+    return checked.returncode, lines[0], checked.stdout + checked.stderr
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_check_calls_a_wrong_password_access_denied_for_the_user_not_unreachable(agent_db, receiver, tmp_path, driver):
+    secret = tmp_path / "db-password"
+    url = with_driver(_reader(agent_db, OLD_PASSWORD), driver)
+    user = url.split("//")[1].split(":")[0]
+    _write_secret(secret, NEW_PASSWORD)  # not the user's password (yet): the server answers 1045
+    config = _daemon(tmp_path, agent_db, url, secret, receiver.endpoint)
+    code, line, output = _database_line(config)
+    assert code == 1 and line.startswith("✘")
+    assert "unreachable" not in line
+    assert "denied access (MySQL error 1045" in line and f"user '{user}'@'127.0.0.1'" in line, line
+    assert "check the password" in line and f"source.password_file ({secret})" in line, line
+    assert NEW_PASSWORD not in output and OLD_PASSWORD not in output
+
+    _rewrite_secret(secret, OLD_PASSWORD)  # the right one: the same line says reachable
+    code, line, _ = _database_line(config)
+    assert line.startswith("✔") and line.endswith("reachable"), line
+
+
+def test_check_still_calls_a_closed_port_unreachable(agent_db, receiver, tmp_path):
+    secret = tmp_path / "db-password"
+    _write_secret(secret, OLD_PASSWORD)
+    url = _reader(agent_db, OLD_PASSWORD).replace(f":{agent_db.server.port}/", f":{free_port()}/")
+    code, line, _ = _database_line(_daemon(tmp_path, agent_db, url, secret, receiver.endpoint))
+    assert code == 1 and "unreachable" in line and "denied" not in line, line

@@ -23,6 +23,7 @@ from ..pipeline.state_store import StateStoreError
 from ..sharding import shard_from_name
 from ..source.clock import zone_finding
 from ..source.columns import columns_read
+from ..source.errors import connect_failure
 from ..source.password_file import readable_by_others
 from ..source.reader import Source, SourceError
 from ..source.schema import REQUIRED_INDEXES, documented_types
@@ -68,7 +69,7 @@ def run_checks(config: Config, clock: Callable[[], float] = time.time) -> Iterat
         with source.engine.connect() as conn:
             conn.execute(text("SELECT 1"))
     except (SQLAlchemyError, SourceError) as exc:  # SourceError: the password file went unreadable
-        yield Finding(FAIL, "database", f"{source.describe()} unreachable: {getattr(exc, 'orig', exc)}")
+        yield Finding(FAIL, "database", f"{source.describe()} {connect_failure(exc, config.source.password_file)}")
         yield from _check_endpoint(config)
         return
     yield Finding(OK, "database", f"{source.describe()} reachable")

@@ -9,10 +9,12 @@ import (
 	"log"
 
 	"github.com/open-telemetry/opentelemetry-collector-contrib/exporter/loadbalancingexporter"
+	"github.com/open-telemetry/opentelemetry-collector-contrib/extension/storage/filestorage"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/confmap"
 	"go.opentelemetry.io/collector/confmap/provider/envprovider"
 	"go.opentelemetry.io/collector/confmap/provider/fileprovider"
+	"go.opentelemetry.io/collector/confmap/provider/yamlprovider"
 	"go.opentelemetry.io/collector/otelcol"
 	"go.opentelemetry.io/collector/processor"
 	"go.opentelemetry.io/collector/processor/batchprocessor"
@@ -24,6 +26,10 @@ import (
 func components() (otelcol.Factories, error) {
 	var err error
 	factories := otelcol.Factories{Telemetry: otelconftelemetry.NewFactory()}
+	// file_storage keeps the sending queue on disk, so a crash loses no acknowledged span.
+	if factories.Extensions, err = otelcol.MakeFactoryMap(filestorage.NewFactory()); err != nil {
+		return factories, err
+	}
 	if factories.Receivers, err = otelcol.MakeFactoryMap(otlpreceiver.NewFactory()); err != nil {
 		return factories, err
 	}
@@ -50,6 +56,8 @@ func main() {
 				ProviderFactories: []confmap.ProviderFactory{
 					envprovider.NewFactory(),
 					fileprovider.NewFactory(),
+					// --set and yaml: overrides, as the tests point the shipped config at their ports.
+					yamlprovider.NewFactory(),
 				},
 			},
 		},

@@ -2,6 +2,7 @@ package main
 
 import (
 	"github.com/open-telemetry/opentelemetry-collector-contrib/extension/healthcheckextension"
+	"github.com/open-telemetry/opentelemetry-collector-contrib/extension/storage/filestorage"
 	"go.opentelemetry.io/collector/exporter/debugexporter"
 	"go.opentelemetry.io/collector/exporter/otlpexporter"
 	"go.opentelemetry.io/collector/exporter/otlphttpexporter"
@@ -15,7 +16,11 @@ import (
 func components() (otelcol.Factories, error) {
 	var err error
 	factories := otelcol.Factories{Telemetry: otelconftelemetry.NewFactory()}
-	if factories.Extensions, err = otelcol.MakeFactoryMap(healthcheckextension.NewFactory()); err != nil {
+	if factories.Extensions, err = otelcol.MakeFactoryMap(
+		healthcheckextension.NewFactory(),
+		// file_storage keeps the exporters' sending queue on disk, so a crash loses no acknowledged span.
+		filestorage.NewFactory(),
+	); err != nil {
 		return factories, err
 	}
 	if factories.Receivers, err = otelcol.MakeFactoryMap(otlpreceiver.NewFactory()); err != nil {
