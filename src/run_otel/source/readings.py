@@ -10,7 +10,7 @@ that means nothing becomes None and a row warning naming it.
 
 from __future__ import annotations
 
-from collections.abc import Container, Sequence
+from collections.abc import Collection, Sequence
 from decimal import Decimal
 from operator import itemgetter
 from typing import Any
@@ -150,10 +150,12 @@ def read_tool(tool: ToolRow, warnings: list[str]) -> ToolRow:
 
 
 def read_rows(
-    run: RunRow, tools: Sequence[ToolRow], warnings: list[str], quiet_tools: Container[int] = ()
+    run: RunRow, tools: Sequence[ToolRow], warnings: list[str], quiet_tools: Collection[int] = ()
 ) -> tuple[RunRow, list[ToolRow]]:
     """A run and its tool rows read by meaning, the way every path reads them before it maps them;
     the tool rows in ``quiet_tools`` add no warnings (they warned when they were first read)."""
-    quiet: list[str] = []
     read = read_run(run, warnings)
+    if not quiet_tools:  # every first send: no membership test per tool
+        return read, [read_tool(tool, warnings) for tool in tools]
+    quiet: list[str] = []
     return read, [read_tool(tool, quiet if tool.id in quiet_tools else warnings) for tool in tools]
