@@ -26,6 +26,7 @@ from .sections import (
     ENV_PREFIX,
     SECTIONS,
     TLS_MODES,
+    TRACE_STORES,
     VERIFYING_TLS_MODES,
     Config,
     ConfigError,
@@ -287,6 +288,9 @@ def _validate_generate(config: Config) -> None:
     job = config.generate.job
     if not job or any(c in job for c in '"\\\n'):
         raise ConfigError(f"generate.job must be a Prometheus job name without quotes or backslashes, got {job!r}")
+    for store in config.generate.trace_stores:
+        if store not in TRACE_STORES:
+            raise ConfigError(f"generate.trace_stores: unknown trace store {store!r} (known: {', '.join(TRACE_STORES)})")
 
 
 def _validate_tls(source: SourceConfig) -> None:
