@@ -192,6 +192,7 @@ def push_into_prometheus(agent_db, receiver, tmp_path, since, until, *extra: str
     return prometheus
 
 
+@pytest.mark.timeout(1800)  # a month of samples, then a query per panel: minutes on a busy 2-core machine
 def test_every_runs_and_rag_panel_has_data_on_single_days_of_a_pushed_month(agent_db, receiver, tmp_path):
     until = utc_now_naive().replace(minute=0, second=0) - timedelta(hours=1)
     since = until - timedelta(days=30)
@@ -210,7 +211,9 @@ def test_every_runs_and_rag_panel_has_data_on_single_days_of_a_pushed_month(agen
             for panel in panels(dashboard):
                 step, window = grafana_intervals(DAY, panel)
                 for target in panel["targets"]:
-                    values = range_of(prometheus, filled(target["expr"], f"{window}s"), day, day + timedelta(days=1), step)
+                    # A fixed window (the error budget's [30d]) reads the month at every point: four will do.
+                    every = step if "$__rate_interval" in target["expr"] else DAY // 4
+                    values = range_of(prometheus, filled(target["expr"], f"{window}s"), day, day + timedelta(days=1), every)
                     print(f"{board} | {panel['title']} | {day:%Y-%m-%d} at [{window}s] | {values}")
                     if not values:
                         empty.append((board, panel["title"], target["expr"], window))
@@ -242,7 +245,7 @@ def range_of(prometheus: Prometheus, expr: str, start: datetime, end: datetime, 
     reply = requests.get(
         f"http://127.0.0.1:{prometheus.port}/api/v1/query_range",
         params={"query": expr, "start": at(start), "end": at(end), "step": step},
-        timeout=60,
+        timeout=300,
     ).json()
     assert reply["status"] == "success", reply
     means: dict[str, str] = {}
@@ -252,3 +255,55 @@ def range_of(prometheus: Prometheus, expr: str, start: datetime, end: datetime, 
             name = ",".join(f"{k}={v}" for k, v in series["metric"].items()) or "all"
             means[name] = f"{sum(points) / len(points):.3g} over {len(points)} points"
     return means
+
+
+def test_a_prometheus_that_would_refuse_the_history_stops_the_backfill_before_a_run_is_read(agent_db, receiver, tmp_path):
+    import yaml
+
+    until = utc_now_naive().replace(minute=0, second=0) - timedelta(hours=1)
+    since = until - timedelta(days=2)
+    insert_workload(agent_db.engine(), generate(3, 40, anchor=until, span_seconds=2 * DAY - 60))
+    shipped = yaml.safe_load((ROOT / "config/prometheus/prometheus.yml").read_text())
+    assert shipped["storage"]["tsdb"]["out_of_order_time_window"] == "35d"  # precondition: the shipped one takes it
+    no_window = tmp_path / "no-window.yml"
+    no_window.write_text(yaml.safe_dump({k: v for k, v in shipped.items() if k != "storage"}))
+    config = write_config(tmp_path / "run-otel.toml", bridge_sections(agent_db, tmp_path, receiver.endpoint))
+    cases = [
+        (
+            no_window,
+            ("--web.enable-remote-write-receiver",),
+            ["refused samples as old as", "out_of_order_time_window: set it to at least"],
+        ),
+        (ROOT / "config/prometheus/prometheus.yml", (), ["answered 404", "--web.enable-remote-write-receiver"]),
+    ]
+    for number, (prometheus_config, flags, says) in enumerate(cases):
+        base = tmp_path / f"prometheus-{number}"
+        base.mkdir()
+        prometheus = Prometheus(base, f"127.0.0.1:{free_port()}", ROOT / "config/prometheus/alerts.yml", prometheus_config, flags)
+        prometheus.start()
+        try:
+            wait_for_live_sample(prometheus)
+            done = run_cli(
+                "backfill",
+                "--config",
+                str(config),
+                "--since",
+                f"{since:%Y-%m-%d %H:%M:%S}",
+                "--until",
+                f"{until:%Y-%m-%d %H:%M:%S}",
+                "--metrics-push",
+                f"http://127.0.0.1:{prometheus.port}/api/v1/write",
+            )
+        finally:
+            prometheus.stop()
+        assert done.returncode == 1, done.stdout + done.stderr
+        for words in says:
+            assert words in done.stderr, done.stderr
+        assert "backfilled" not in done.stdout and not receiver.spans()  # stopped before a run was read
+
+
+def wait_for_live_sample(prometheus: Prometheus) -> None:
+    """The scrape's first `up`: from then on the history is older than Prometheus' newest sample."""
+    from servers import wait_for
+
+    wait_for(lambda: bool(instant(prometheus, "up", utc_now_naive() + timedelta(seconds=1))), 30, "a first scrape")

@@ -37,7 +37,7 @@ HEADERS = {
     "User-Agent": f"run-otel/{__version__}",
 }
 # What a receiver answers for a sample older than it takes: another try gets the same answer.
-TOO_OLD = ("out of bounds", "too old", "out of order", "outside the", "too far in the past")
+TOO_OLD = ("out of bounds", "too old", "out of order", "out-of-order", "too far in the past")
 ATTEMPTS = 5
 
 
