@@ -90,8 +90,9 @@ def one_core_prometheus(base: Path, *extra: str, scrape: bool = True) -> Prometh
     if not scrape:
         import yaml
 
+        # Nothing newer at all: no scrape, and no rules (an absent() alert writes ALERTS at now).
         config = yaml.safe_load(prometheus.config.read_text())
-        config["scrape_configs"] = []
+        config["scrape_configs"], config["rule_files"] = [], []
         prometheus.config.write_text(yaml.safe_dump(config))
     os.environ["GOMAXPROCS"] = "1"
     try:
