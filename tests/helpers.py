@@ -250,6 +250,31 @@ def filled(expr: str, rate_interval: str = "1m") -> str:
     return expr
 
 
+# Grafana's query intervals for the shipped Prometheus data source (timeInterval 15s): its
+# round_interval table (kbn.ts), as (below this many ms, round to this many ms).
+GRAFANA_SCRAPE_SECONDS = 15
+_ROUNDED_MS = (
+    (1500, 1000), (3500, 2000), (7500, 5000), (12500, 10000), (17500, 15000), (25000, 20000), (45000, 30000),
+    (90000, 60000), (210000, 120000), (450000, 300000), (750000, 600000), (1050000, 900000), (1500000, 1200000),
+    (2700000, 1800000), (5400000, 3600000), (9000000, 7200000), (16200000, 10800000), (32400000, 21600000),
+    (86400000, 43200000), (604800000, 86400000), (1814400000, 604800000), (3628800000, 2592000000),
+)  # fmt: skip
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def grafana_intervals(range_seconds: float, panel: dict, screen_px: int = 1920) -> tuple[int, int]:
+    """($__interval, $__rate_interval) in seconds, as Grafana computes them for ``panel`` over a range
+    of ``range_seconds`` on a screen ``screen_px`` wide: a point per pixel of the panel's width, rounded,
+    at least the panel's min interval (else the scrape interval); the rate window is that plus a
+    scrape interval, and at least four of them."""
+    points = panel["gridPos"]["w"] * screen_px / 24
+    wanted = range_seconds * 1000 / points
+    rounded = next((to for below, to in _ROUNDED_MS if wanted < below), 31536000000) / 1000
+    least = panel.get("interval") or f"{GRAFANA_SCRAPE_SECONDS}s"
+    interval = max(rounded, int(least[:-1]) * _UNITS[least[-1]])
+    return int(interval), int(max(interval + GRAFANA_SCRAPE_SECONDS, 4 * GRAFANA_SCRAPE_SECONDS))
+
+
 def panels(dashboard: dict):
     for panel in dashboard["panels"]:
         for inner in [panel, *panel.get("panels", [])]:

@@ -130,6 +130,7 @@ def test_the_tests_it_writes_pass_promtool_with_the_job_and_objective_changed(tm
         ({"generate": {"job": 'a"b'}}, "generate.job must be a Prometheus job name"),
         ({"slo": {"objective": 95}}, "slo.objective is the share of runs that must not fail, between 0 and 1, got 95"),
         ({"slo": {"window_days": 0}}, "slo.window_days must be greater than 0"),
+        ({"generate": {"trace_stores": ["zipkin"]}}, "generate.trace_stores: unknown trace store 'zipkin'"),
     ],
 )
 def test_bad_generate_and_slo_values_are_refused_with_the_key(section, message):
@@ -143,10 +144,62 @@ def test_a_threshold_table_keeps_the_thresholds_it_does_not_name():
     assert config.generate.thresholds["run_failure_ratio"] == 0.1
 
 
-def test_another_objective_names_the_burn_alert_as_untested():
-    config = build_config({"slo": {"objective": 0.99}})
-    header = artifacts(stack_of(config.generate, config.slo, config.feedback))["prometheus/alerts_test.yml"].splitlines()[2]
-    assert header.startswith("# Not tested here:") and "DiagnosisRunErrorBudgetBurn" in header
+BURN_CASES = [
+    "fast burn pages",
+    "steady rate inside the budget",
+    "slow burn tickets",
+    "short spike",
+    "page clears after the burn stops",
+]
+
+
+def _burn_cases(objective: float) -> tuple[str, list[str]]:
+    config = build_config({"slo": {"objective": objective}})
+    written = artifacts(stack_of(config.generate, config.slo, config.feedback))["prometheus/alerts_test.yml"]
+    names = [t["name"] for t in yaml.safe_load(written)["tests"]]
+    return written, sorted(
+        n.removeprefix("DiagnosisRunErrorBudgetBurn: ") for n in names if n.startswith("DiagnosisRunErrorBudgetBurn")
+    )
+
+
+@pytest.mark.parametrize("objective", [0.94, 0.95, 0.97, 0.99, 0.999])
+def test_every_objective_that_can_page_gets_every_burn_rate_case(objective):
+    written, cases = _burn_cases(objective)
+    assert cases == sorted(BURN_CASES), cases
+    assert "Not tested here" not in written.splitlines()[2]
+
+
+def test_an_objective_that_can_never_page_keeps_the_cases_that_still_mean_something():
+    _written, cases = _burn_cases(0.9)  # 14.4 times a 10% budget is more than every run
+    assert cases == sorted(["steady rate inside the budget", "slow burn tickets", "short spike"])
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("objective", [0.9, 0.94, 0.99, 0.999])
+def test_the_burn_rate_cases_pass_promtool_for_another_objective(tmp_path, objective):
+    out, result = _generate(tmp_path, f"[slo]\nobjective = {objective}\n")
+    assert result.exit_code == 0, result.output
+    tests = yaml.safe_load((out / "prometheus/alerts_test.yml").read_text())["tests"]
+    assert any(t["name"].startswith("DiagnosisRunErrorBudgetBurn: slow burn tickets") for t in tests)
+    done = subprocess.run(
+        [promtool(), "test", "rules", "alerts_test.yml"], capture_output=True, text=True, cwd=out / "prometheus"
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_without_tempo_the_dashboards_have_no_tempo_variable_or_link(tmp_path):
+    out, result = _generate(tmp_path, '[generate]\ntrace_stores = ["jaeger"]\n')
+    assert result.exit_code == 0, result.output
+    for name in ("diagnosis-runs.json", "rag-retrieval.json", "exporter-health.json"):
+        text = (out / "dashboards" / name).read_text()
+        board = json.loads(text)
+        assert "tempo_datasource" not in {v["name"] for v in board["templating"]["list"]}, name
+        assert "tempo" not in text.lower(), name
+    runs = json.loads((out / "dashboards/diagnosis-runs.json").read_text())
+    links = [link["title"] for p in runs["panels"] for link in p.get("links", [])]
+    assert links and all(title == "Failed runs in Jaeger" for title in links), links
+    # The committed dashboards, for the default of both stores, keep both.
+    assert '"Failed runs in Tempo (TraceQL)"' in (ROOT / "dashboards/diagnosis-runs.json").read_text()
 
 
 def test_an_objective_too_loose_for_the_fast_burn_is_warned_about():
@@ -160,8 +213,8 @@ def test_an_objective_too_loose_for_the_fast_burn_is_warned_about():
 
 @pytest.mark.slow
 def test_the_installed_wheel_generates_the_committed_files_with_no_checkout(tmp_path):
-    """A wheel built from a fresh copy, installed with its generate extra into a new virtualenv, run
-    from an empty directory: the dashboards, rules, tests and runbook come from the wheel alone."""
+    """A wheel built from a fresh copy, installed as the README says (no extra) into a new virtualenv,
+    run from an empty directory: the dashboards, rules, tests and runbook come from the wheel alone."""
     import os
     import sys
 
@@ -181,7 +234,7 @@ def test_the_installed_wheel_generates_the_committed_files_with_no_checkout(tmp_
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, env=env)
     installed = subprocess.run(
-        [str(venv / "bin/pip"), "install", "-q", f"{wheel}[generate]"], capture_output=True, text=True, timeout=900, env=env
+        [str(venv / "bin/pip"), "install", "-q", str(wheel)], capture_output=True, text=True, timeout=900, env=env
     )
     assert installed.returncode == 0, installed.stderr[-2000:]
     empty = tmp_path / "elsewhere"

@@ -1,8 +1,14 @@
-"""A backfilled history in a real Prometheus: MariaDB -> `run-otel backfill --metrics-out` ->
-`promtool tsdb create-blocks-from openmetrics` -> Prometheus 2.42 on those blocks -> PromQL.
+"""A backfilled history in a real Prometheus 2.42, both ways in: MariaDB -> `run-otel backfill
+--metrics-push` -> remote write into a running Prometheus, whose live samples are newer (its
+out-of-order window takes the history); and `--metrics-out` -> `promtool tsdb create-blocks-from
+openmetrics` -> Prometheus on those blocks. Then PromQL.
 
-Counts between two past instants equal SQL's over the same rows, and every panel of the runs
-and RAG dashboards returns data over a backfilled month."""
+Counts between two past instants equal SQL's over the same rows. Every panel of the runs and RAG
+dashboards shows data over single days of a pushed month, at the rate window Grafana gives the
+panel for one day; the dashboards' job variable has values on those days. (Until Prometheus
+compacts pushed samples into blocks, within its next two hours, 2.42 reads a month of them
+slowly: bench/history.py measures the week and month views on blocks.)
+"""
 
 from __future__ import annotations
 
@@ -14,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from helpers import bridge_sections, filled, panels, run_cli, utc_now_naive, write_config
+from helpers import bridge_sections, filled, grafana_intervals, panels, run_cli, utc_now_naive, write_config
 from servers import Prometheus, free_port, promtool
 
 from run_otel.ops.demo import generate, insert_workload
@@ -22,6 +28,7 @@ from run_otel.telemetry import instruments as I
 
 ROOT = Path(__file__).resolve().parent.parent
 BOARDS = ("diagnosis-runs.json", "rag-retrieval.json")
+DAY = 86400
 TERMINAL = "('SUCCESS','FALLBACK','FAILED','CANCELLED')"
 
 pytestmark = pytest.mark.server
@@ -152,34 +159,93 @@ def test_a_backfilled_day_at_the_default_step_counts_what_sql_counts(agent_db, r
         prometheus.stop()
 
 
-def test_every_runs_and_rag_panel_has_data_over_a_backfilled_month(agent_db, receiver, tmp_path):
+def push_into_prometheus(agent_db, receiver, tmp_path, since, until, *extra: str) -> Prometheus:
+    """Starts Prometheus as shipped (remote write on, its scrape writing live samples at now), then
+    backfills [since, until) with --metrics-push into it: the history is older than its head."""
+    prometheus = Prometheus(
+        tmp_path,
+        f"127.0.0.1:{free_port()}",  # nothing listens: the scrape's `up` samples are the live ones
+        ROOT / "config/prometheus/alerts.yml",
+        ROOT / "config/prometheus/prometheus.yml",
+        ("--web.enable-remote-write-receiver", "--storage.tsdb.retention.time=400d"),
+    )
+    prometheus.start()
+    sections = bridge_sections(agent_db, tmp_path, receiver.endpoint, poll={"run_timeout_seconds": 0})
+    config = write_config(tmp_path / "run-otel.toml", sections)
+    url = f"http://127.0.0.1:{prometheus.port}/api/v1/write"
+    done = run_cli(
+        "backfill",
+        "--config",
+        str(config),
+        "--since",
+        f"{since:%Y-%m-%d %H:%M:%S}",
+        "--until",
+        f"{until:%Y-%m-%d %H:%M:%S}",
+        "--metrics-push",
+        url,
+        *extra,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"pushed to {url}" in done.stdout, done.stdout
+    print(done.stdout)
+    return prometheus
+
+
+@pytest.mark.timeout(1800)  # a month of samples, then a query per panel: minutes on a busy 2-core machine
+def test_every_runs_and_rag_panel_has_data_on_single_days_of_a_pushed_month(agent_db, receiver, tmp_path):
     until = utc_now_naive().replace(minute=0, second=0) - timedelta(hours=1)
     since = until - timedelta(days=30)
-    insert_workload(agent_db.engine(), generate(9, 3000, anchor=until, span_seconds=30 * 86400 - 60))
-    # Hourly samples keep the file a test can import to ~100 MB; Grafana's month view reads windows of hours anyway.
-    prometheus = backfill_into_prometheus(agent_db, receiver, tmp_path, since, until, 3600)
+    insert_workload(agent_db.engine(), generate(9, 3000, anchor=until, span_seconds=30 * DAY - 60))
+    prometheus = push_into_prometheus(agent_db, receiver, tmp_path, since, until)
     try:
+        assert instant(prometheus, "sum(up)", utc_now_naive()) == {"total": 0.0}  # live samples at now, newer than the history
         compare_counts(agent_db, prometheus, since + timedelta(days=3), until - timedelta(days=2))
-        summary = {}
+        midnight = since.replace(hour=0) + timedelta(days=1)
+        days = [midnight, midnight + timedelta(days=14), until.replace(hour=0) - timedelta(days=1)]
+        # The middle day: 2.42 reads every out-of-order chunk of a series for each query until it
+        # compacts them, so a query costs seconds here; bench/history.py reads more days from blocks.
+        day, empty = days[1], []
         for board in BOARDS:
             dashboard = json.loads((ROOT / "dashboards" / board).read_text())
             for panel in panels(dashboard):
+                step, window = grafana_intervals(DAY, panel)
                 for target in panel["targets"]:
-                    values = month_of(prometheus, filled(target["expr"], "3h"), since, until)
-                    assert values, (board, panel["title"], target["expr"])
-                    summary[(board, panel["title"], target.get("legendFormat", ""))] = values
-        for (board, title, legend), values in summary.items():
-            print(f"{board} | {title} | {legend} | " + ", ".join(f"{k}: {v}" for k, v in sorted(values.items())))
+                    # A fixed window (the error budget's [30d]) reads the month at every point: four will do.
+                    every = step if "$__rate_interval" in target["expr"] else DAY // 4
+                    values = range_of(prometheus, filled(target["expr"], f"{window}s"), day, day + timedelta(days=1), every)
+                    print(f"{board} | {panel['title']} | {day:%Y-%m-%d} at [{window}s] | {values}")
+                    if not values:
+                        empty.append((board, panel["title"], target["expr"], window))
+        assert not empty, empty
+        for day in days:  # the dashboards' job variable, as Grafana asks for its values over the day
+            assert I.JOB in job_values(prometheus, day, day + timedelta(days=1)), day
     finally:
         prometheus.stop()
 
 
-def month_of(prometheus: Prometheus, expr: str, since: datetime, until: datetime) -> dict[str, str]:
-    """A range query over the month (6-hour steps): per series, the mean of its finite points."""
+def job_values(prometheus: Prometheus, start: datetime, end: datetime) -> set[str]:
+    """The health dashboard's job variable over [start, end], as Grafana's Prometheus data source asks
+    for label_values(selector, job): the series of the selector in that range, their job labels."""
+    dashboard = json.loads((ROOT / "dashboards" / "exporter-health.json").read_text())
+    variable = next(v for v in dashboard["templating"]["list"] if v["name"] == "job")
+    query = variable["query"] if isinstance(variable["query"], str) else variable["query"]["query"]
+    selector = query.removeprefix("label_values(").removesuffix(", job)")
+    reply = requests.get(
+        f"http://127.0.0.1:{prometheus.port}/api/v1/series",
+        params={"match[]": selector, "start": at(start), "end": at(end)},
+        timeout=60,
+    ).json()
+    assert reply["status"] == "success", reply
+    return {series["job"] for series in reply["data"]}
+
+
+def range_of(prometheus: Prometheus, expr: str, start: datetime, end: datetime, step: int) -> dict[str, str]:
+    """A range query as a panel asks it: per series, the mean of its finite points and their count."""
     reply = requests.get(
         f"http://127.0.0.1:{prometheus.port}/api/v1/query_range",
-        params={"query": expr, "start": at(since + timedelta(hours=3)), "end": at(until), "step": "6h"},
-        timeout=60,
+        params={"query": expr, "start": at(start), "end": at(end), "step": step},
+        timeout=300,
     ).json()
     assert reply["status"] == "success", reply
     means: dict[str, str] = {}
@@ -189,3 +255,55 @@ def month_of(prometheus: Prometheus, expr: str, since: datetime, until: datetime
             name = ",".join(f"{k}={v}" for k, v in series["metric"].items()) or "all"
             means[name] = f"{sum(points) / len(points):.3g} over {len(points)} points"
     return means
+
+
+def test_a_prometheus_that_would_refuse_the_history_stops_the_backfill_before_a_run_is_read(agent_db, receiver, tmp_path):
+    import yaml
+
+    until = utc_now_naive().replace(minute=0, second=0) - timedelta(hours=1)
+    since = until - timedelta(days=2)
+    insert_workload(agent_db.engine(), generate(3, 40, anchor=until, span_seconds=2 * DAY - 60))
+    shipped = yaml.safe_load((ROOT / "config/prometheus/prometheus.yml").read_text())
+    assert shipped["storage"]["tsdb"]["out_of_order_time_window"] == "35d"  # precondition: the shipped one takes it
+    no_window = tmp_path / "no-window.yml"
+    no_window.write_text(yaml.safe_dump({k: v for k, v in shipped.items() if k != "storage"}))
+    config = write_config(tmp_path / "run-otel.toml", bridge_sections(agent_db, tmp_path, receiver.endpoint))
+    cases = [
+        (
+            no_window,
+            ("--web.enable-remote-write-receiver",),
+            ["refused samples as old as", "out_of_order_time_window: set it to at least"],
+        ),
+        (ROOT / "config/prometheus/prometheus.yml", (), ["answered 404", "--web.enable-remote-write-receiver"]),
+    ]
+    for number, (prometheus_config, flags, says) in enumerate(cases):
+        base = tmp_path / f"prometheus-{number}"
+        base.mkdir()
+        prometheus = Prometheus(base, f"127.0.0.1:{free_port()}", ROOT / "config/prometheus/alerts.yml", prometheus_config, flags)
+        prometheus.start()
+        try:
+            wait_for_live_sample(prometheus)
+            done = run_cli(
+                "backfill",
+                "--config",
+                str(config),
+                "--since",
+                f"{since:%Y-%m-%d %H:%M:%S}",
+                "--until",
+                f"{until:%Y-%m-%d %H:%M:%S}",
+                "--metrics-push",
+                f"http://127.0.0.1:{prometheus.port}/api/v1/write",
+            )
+        finally:
+            prometheus.stop()
+        assert done.returncode == 1, done.stdout + done.stderr
+        for words in says:
+            assert words in done.stderr, done.stderr
+        assert "backfilled" not in done.stdout and not receiver.spans()  # stopped before a run was read
+
+
+def wait_for_live_sample(prometheus: Prometheus) -> None:
+    """The scrape's first `up`: from then on the history is older than Prometheus' newest sample."""
+    from servers import wait_for
+
+    wait_for(lambda: bool(instant(prometheus, "up", utc_now_naive() + timedelta(seconds=1))), 30, "a first scrape")

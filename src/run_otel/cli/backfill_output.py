@@ -29,11 +29,26 @@ _OPTIONS = (
         "`promtool tsdb create-blocks-from openmetrics` (docs/operations.md). Needs --since.",
     ),
     click.option(
+        "--metrics-push",
+        metavar="URL",
+        default=None,
+        help="Also push those metrics by Prometheus remote write to URL, such as "
+        "http://prometheus:9090/api/v1/write, a sample per series every --metrics-step from --since on, "
+        "with their own timestamps: no file, and a history the dashboards can zoom into to a single day "
+        "(docs/operations.md#metrics-history). Needs --since.",
+    ),
+    click.option(
+        "--metrics-push-header",
+        metavar="'NAME: VALUE'",
+        multiple=True,
+        help="A header for every push request, such as 'X-Scope-OrgID: agents' for Mimir; repeatable.",
+    ),
+    click.option(
         "--metrics-step",
         type=click.IntRange(min=1),
-        default=60,
-        show_default=True,
-        help="Seconds between two samples of a series, as the scrape interval would be.",
+        default=None,
+        help="Seconds between two samples of a series, as the scrape interval would be. "
+        "Default: 30 with --metrics-push (half of Grafana's shortest rate window), 60 with --metrics-out.",
     ),
     click.option(
         "--metrics-job",
@@ -56,18 +71,50 @@ def metrics_out_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(command)
     def wrapper(
-        *args: Any, metrics_out: Path | None, metrics_step: int, metrics_job: str | None, metrics_instance: str, **kw: Any
+        *args: Any,
+        metrics_out: Path | None,
+        metrics_push: str | None,
+        metrics_push_header: tuple[str, ...],
+        metrics_step: int | None,
+        metrics_job: str | None,
+        metrics_instance: str,
+        **kw: Any,
     ) -> Any:
         from ..ops.metrics_history import MetricsRequest
 
-        request = MetricsRequest(metrics_out, metrics_step, metrics_job, metrics_instance) if metrics_out else None
+        if metrics_out and metrics_push:
+            raise click.UsageError("give --metrics-out FILE or --metrics-push URL, not both")
+        if metrics_push_header and not metrics_push:
+            raise click.UsageError("--metrics-push-header goes with --metrics-push")
+        request = None
         if metrics_out:
             _check_writable(metrics_out)
+            request = MetricsRequest(metrics_out, metrics_step, metrics_job, metrics_instance)
+        elif metrics_push:
+            url, headers = _push_target(metrics_push, metrics_push_header)
+            request = MetricsRequest(None, metrics_step, metrics_job, metrics_instance, url, headers)
         return command(*args, metrics_out=request, **kw)
 
     for option in reversed(_OPTIONS):
         wrapper = option(wrapper)
     return wrapper
+
+
+def _push_target(url: str, headers: tuple[str, ...]) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """The URL, checked before the backfill, and each header as (name, value)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        fail(f"--metrics-push {url!r}: not an http(s) URL, such as http://prometheus:9090/api/v1/write", EXIT_USAGE)
+    pairs = []
+    for header in headers:
+        name, colon, value = header.partition(":")
+        if not colon or not name.strip() or any(c.isspace() for c in name.strip()):
+            # It may hold a token: none of it is shown.
+            fail("--metrics-push-header: give each as 'Name: value' (the header given is not shown)", EXIT_USAGE)
+        pairs.append((name.strip(), value.strip()))
+    return url, tuple(pairs)
 
 
 def _check_writable(path: Path) -> None:
@@ -85,6 +132,7 @@ def backfill_and_report(
     from rich.console import Console
 
     from ..ops.backfill_job import run_backfill
+    from ..ops.metrics_push import PushError
     from ..pipeline.backfill import where_to_find
     from ..telemetry.history import HistoryWindowError
     from .render import progress_task, trace_links
@@ -94,6 +142,8 @@ def backfill_and_report(
         outcome = run_backfill(config, window, ids, with_metrics, progress_task(console), workers, metrics_out)
     except HistoryWindowError as exc:
         fail(str(exc), EXIT_USAGE)
+    except PushError as exc:  # before any run was read: the receiver would refuse the history
+        fail(f"--metrics-push: {exc}")
     total = outcome.total
     click.echo(f"backfilled {total.run_count} runs ({total.spans} spans) {window.describe()} in {outcome.seconds:.1f}s")
     for line in where_to_find(outcome.first_trace, outcome.last_trace, outcome.total.in_flight):

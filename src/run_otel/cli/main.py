@@ -147,17 +147,18 @@ def backfill(
     `run-otel run`; runs exported by both arrive twice, byte-identical.
     With --workers N, N processes share the range (about N times as fast on N
     free cores); on a stop, the resume line starts at the first id left unsent.
-    With --metrics-out FILE, the runs' metrics are also written as a scrape
-    would have seen them, for `promtool tsdb create-blocks-from openmetrics`;
-    the runs the daemon counts (read from its checkpoint) are left out.
+    With --metrics-push URL, the runs' metrics are also pushed by remote write
+    as a scrape would have seen them, with their own timestamps; --metrics-out
+    FILE writes them for `promtool tsdb create-blocks-from openmetrics`. The
+    runs the daemon counts (read from its checkpoint) are left out.
     """
     if since is None and from_id is None and not full_scan:
         raise click.UsageError("give --since, --from-id or --full-scan")
-    for flag, given in (("--with-metrics", with_metrics), ("--metrics-out", metrics_out)):
+    for flag, given in (("--with-metrics", with_metrics), (metrics_out and metrics_out.flag, metrics_out)):
         if given and workers > 1:
             raise click.UsageError(f"{flag} counts the runs in one process: use it with --workers 1")
     if metrics_out and since is None:
-        raise click.UsageError("--metrics-out needs --since: the history starts there")
+        raise click.UsageError(f"{metrics_out.flag} needs --since: the history starts there")
     if since and until and (since.tzinfo is None) == (until.tzinfo is None) and until <= since:
         raise click.UsageError(f"--until ({until}) must be after --since ({since})")
     if from_id and to_id and to_id < from_id:

@@ -182,8 +182,7 @@ def generate(config_path: Path | None, directory: Path) -> None:
     config, the defaults: the files this project ships. Writes
     dashboards/*.json for Grafana, prometheus/alerts.yml for Prometheus'
     rule_files, prometheus/alerts_test.yml for `promtool test rules`, and
-    runbook.md; files already there are replaced. Needs the generate extra:
-    pip install 'run-otel[generate]'.
+    runbook.md; files already there are replaced.
     """
     from ..ops.generate_job import generate_files
 
@@ -193,7 +192,8 @@ def generate(config_path: Path | None, directory: Path) -> None:
         try:
             written, warnings = generate_files(config, directory)
         except ImportError as exc:
-            fail(f"generate needs {exc.name}: pip install 'run-otel[generate]'", EXIT_FAILED)
+            # A dependency of the package itself: only a broken or partial install lacks it.
+            fail(f"generate needs {exc.name}, a dependency of run-otel: install run-otel again", EXIT_FAILED)
         for path in written:
             click.echo(f"wrote {path}")
         for line in warnings:

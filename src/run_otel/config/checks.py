@@ -15,7 +15,16 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from sqlalchemy.engine import make_url
 
-from .sections import DEFAULT_THRESHOLDS, TLS_MODES, VERIFYING_TLS_MODES, Config, ConfigError, ExportConfig, GenerateConfig
+from .sections import (
+    DEFAULT_THRESHOLDS,
+    TLS_MODES,
+    TRACE_STORES,
+    VERIFYING_TLS_MODES,
+    Config,
+    ConfigError,
+    ExportConfig,
+    GenerateConfig,
+)
 
 # A key as (section, key); a part of a key's value as (section, "key[1]") or (section, "key.name").
 Key = tuple[str, str]
@@ -174,6 +183,12 @@ def _check_generate(config: Config, problems: Problems) -> None:
         problems.bad(
             ("generate", "job"), f"generate.job must be a Prometheus job name without quotes or backslashes, got {job!r}"
         )
+    for i, store in enumerate(config.generate.trace_stores):
+        if store not in TRACE_STORES:
+            problems.bad(
+                ("generate", f"trace_stores[{i}]"),
+                f"generate.trace_stores: unknown trace store {store!r} (known: {', '.join(TRACE_STORES)})",
+            )
 
 
 def _thresholds_over_defaults(generate: GenerateConfig, problems: Problems) -> GenerateConfig:

@@ -219,6 +219,10 @@ class SloConfig:
     window_days: int = 30
 
 
+# The trace stores the generated dashboards can link to, each with its Grafana data source.
+TRACE_STORES = ("tempo", "jaeger")
+
+
 @dataclass(frozen=True)
 class GenerateConfig:
     """What `run-otel generate` writes into the dashboards, rules and runbook for the user's stack."""
@@ -230,6 +234,8 @@ class GenerateConfig:
     prometheus_datasource_uid: str = ""
     tempo_datasource_uid: str = ""
     jaeger_datasource_uid: str = "jaeger"
+    # The trace stores the dashboards link to; one the stack does not run would leave dead links.
+    trace_stores: list[str] = field(default_factory=lambda: list(TRACE_STORES))
     # Alert thresholds by name; a table in the file sets some and keeps the others.
     thresholds: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_THRESHOLDS))
 

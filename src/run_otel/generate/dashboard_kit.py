@@ -106,39 +106,35 @@ def explore(datasource: str, search: dict) -> str:
     return "/explore?schemaVersion=1&panes=" + quote(json.dumps(pane, separators=(",", ":")), safe="${}_")
 
 
+def _links(stack: Stack, tempo: tuple[str, dict], jaeger: tuple[str, dict]) -> list:
+    """A (title, search) link to Explore in each trace store of ``generate.trace_stores``: a store the
+    stack does not run would be a dead link, and its data source variable an empty one."""
+    sources = {"tempo": "${tempo_datasource}", "jaeger": stack.generate.jaeger_datasource_uid}
+    return [
+        DashboardLink(title).type(DashboardLinkType.LINK).url(explore(sources[store], search)).target_blank(True)
+        for store, (title, search) in (("tempo", tempo), ("jaeger", jaeger))
+        if store in stack.generate.trace_stores
+    ]
+
+
 def failed_run_links(stack: Stack) -> list:
     """Links from run panels to the failed runs' traces, in Tempo and in Jaeger."""
     traceql = f'{{ resource.service.name = "{SERVICE}" && span.diagnosis.run.status = "FAILED" }}'
-    return [
-        DashboardLink("Failed runs in Tempo (TraceQL)")
-        .type(DashboardLinkType.LINK)
-        .url(explore("${tempo_datasource}", {"queryType": "traceql", "query": traceql}))
-        .target_blank(True),
-        DashboardLink("Failed runs in Jaeger")
-        .type(DashboardLinkType.LINK)
-        .url(
-            explore(
-                stack.generate.jaeger_datasource_uid,
-                {"queryType": "search", "service": SERVICE, "tags": "diagnosis.run.status=FAILED"},
-            )
-        )
-        .target_blank(True),
-    ]
+    return _links(
+        stack,
+        ("Failed runs in Tempo (TraceQL)", {"queryType": "traceql", "query": traceql}),
+        ("Failed runs in Jaeger", {"queryType": "search", "service": SERVICE, "tags": "diagnosis.run.status=FAILED"}),
+    )
 
 
 def trace_search_links(stack: Stack) -> list:
     """The agent's traces in the dashboard's time range, in Tempo and in Jaeger."""
     traceql = f'{{ resource.service.name = "{SERVICE}" }}'
-    return [
-        DashboardLink("Traces in this window (Tempo)")
-        .type(DashboardLinkType.LINK)
-        .url(explore("${tempo_datasource}", {"queryType": "traceql", "query": traceql}))
-        .target_blank(True),
-        DashboardLink("Traces in this window (Jaeger)")
-        .type(DashboardLinkType.LINK)
-        .url(explore(stack.generate.jaeger_datasource_uid, {"queryType": "search", "service": SERVICE}))
-        .target_blank(True),
-    ]
+    return _links(
+        stack,
+        ("Traces in this window (Tempo)", {"queryType": "traceql", "query": traceql}),
+        ("Traces in this window (Jaeger)", {"queryType": "search", "service": SERVICE}),
+    )
 
 
 def dashboard_link(title: str, uid: str) -> DashboardLink:
@@ -162,7 +158,7 @@ def label_variable(name: str, metric: str) -> QueryVariable:
 
 def base(uid: str, title: str, description: str, links: list, stack: Stack) -> Dashboard:
     """Provisioned read-only, with a shared crosshair, and the job variable every query selects on."""
-    return (
+    board = (
         Dashboard(title)
         .uid(uid)
         .description(description)
@@ -174,9 +170,10 @@ def base(uid: str, title: str, description: str, links: list, stack: Stack) -> D
         .tooltip(DashboardCursorSync.CROSSHAIR)
         .links(links)
         .with_variable(datasource_variable("prometheus", stack.generate.prometheus_datasource_uid))
-        .with_variable(datasource_variable("tempo", stack.generate.tempo_datasource_uid))
-        .with_variable(job_variable(stack.job))
     )
+    if "tempo" in stack.generate.trace_stores:
+        board = board.with_variable(datasource_variable("tempo", stack.generate.tempo_datasource_uid))
+    return board.with_variable(job_variable(stack.job))
 
 
 def datasource_variable(kind: str, uid: str) -> DatasourceVariable:
@@ -187,8 +184,10 @@ def datasource_variable(kind: str, uid: str) -> DatasourceVariable:
 
 def job_variable(job: str) -> QueryVariable:
     """The jobs that scrape a run-otel, the configured scrape job by default: All would also count
-    every other job's up series."""
-    return label_variable("job", I.START_TIME.prometheus).current(VariableOption(text=job, value=job, selected=True))
+    every other job's up series. A daemon serves its start time; an imported history has none, but
+    has the run counter, so the variable has values over history days too."""
+    jobs = f'{{__name__=~"{I.START_TIME.prometheus}|{I.RUNS.prometheus}"}}'
+    return label_variable("job", jobs).current(VariableOption(text=job, value=job, selected=True))
 
 
 def run_metric_variable() -> QueryVariable:

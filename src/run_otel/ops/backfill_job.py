@@ -21,7 +21,8 @@ from ..pipeline.results import PollResult
 from ..source.clock import zone_finding
 from ..source.reader import Source, SourceError
 from .history_parts import build_history
-from .metrics_history import MetricsRequest, Written, warn_step, write_history
+from .metrics_history import MetricsRequest, Written, check_target, deliver, warn_step
+from .metrics_push import Pushed, PushError
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ class BackfillOutcome:
     seconds: float = 0.0
     warning: str | None = None  # ids may be out of created_at order: runs may have been missed
     failure: str | None = None  # why it stopped early, with the resume line
-    metrics: Written | None = None  # the --metrics-out file, when the backfill finished
+    metrics: Written | Pushed | None = None  # the --metrics-out file or --metrics-push, when the backfill finished
     metrics_note: str | None = None  # why there is none
 
     def add(self, result: PollResult, cursor: int) -> None:
@@ -61,15 +62,17 @@ def run_backfill(
     metrics_out: MetricsRequest | None = None,
 ) -> BackfillOutcome:
     """``ids`` is (--from-id, --to-id, --full-scan); ``workers`` > 1 splits the range over processes.
-    ``metrics_out`` also writes the exported runs' metrics history (one process only)."""
+    ``metrics_out`` also writes or pushes the exported runs' metrics history (one process only).
+    Raises PushError when the push's receiver refuses the history's first sample, before any run is read."""
     if workers > 1:
         return _run_in_parts(config, window, ids, progress, workers)
     # The history first: a window it cannot cover fails before a metrics port is bound.
-    history = build_history(config, window, metrics_out.step) if metrics_out else None
-    metrics, server = start_metrics(config) if with_metrics else (None, None)
-    if metrics_out is not None:
+    history = build_history(config, window, metrics_out.seconds) if metrics_out else None
+    if history is not None and metrics_out is not None:
         metrics_out = metrics_out.labelled(config.generate.job)
         warn_step(metrics_out)
+        check_target(history, metrics_out)
+    metrics, server = start_metrics(config) if with_metrics else (None, None)
     recorders: list[Recorder] = [r for r in (metrics, history) if r is not None]
     with build_parts(config, recorder=Tee(*recorders) if recorders else None) as parts:
         backfill = build_backfill(parts)
@@ -111,15 +114,20 @@ def run_backfill(
         elif backfill.stop_requested.is_set() and outcome.read_to < ids_plan.last_id:
             outcome.failure = f"stopped by SIGTERM after run id {outcome.read_to}: {resume}"
     if metrics_out is not None and outcome.failure is not None:
-        outcome.metrics_note = f"metrics: not written to {metrics_out.path}: a history of part of the window reads as a drop"
+        done = "pushed to" if metrics_out.push_url else "written to"
+        outcome.metrics_note = f"metrics: not {done} {metrics_out.target}: a history of part of the window reads as a drop"
     if history is not None and metrics_out is not None and outcome.failure is None:
         # A history of part of the window would read as a drop in traffic: only a finished backfill writes one.
         try:
-            outcome.metrics = write_history(history, metrics_out, progress)
+            outcome.metrics = deliver(history, metrics_out, progress)
         except OSError as exc:  # a full disk, say: the traces are sent, only the file is missing
             outcome.failure = (
                 f"the runs were sent, but the metrics history could not be written to {metrics_out.path} "
                 f"({exc.strerror}); run the backfill again to write it"
+            )
+        except PushError as exc:  # the samples pushed again are the same: the receiver keeps them once
+            outcome.failure = (
+                f"the runs were sent, but the metrics history could not be pushed: {exc}; run the backfill again to push it whole"
             )
     return outcome
 
