@@ -337,3 +337,13 @@ def test_check_prints_every_error_of_the_config_each_on_a_line_of_its_own(tmp_pa
         assert len(_holding(lines, fragment)) == 1, (fragment, lines)
     assert len(lines) == len(files) + len(variables), lines
     assert "Traceback" not in done.stderr and "check passed" not in done.stdout
+
+
+def test_a_key_one_typo_away_from_a_known_one_is_named():
+    with pytest.raises(ConfigError) as raised:
+        build_config({"metrics": {"prot": 9464}, "polll": {}, "poll": {"batch_sise": 5, "zzz": 1}})
+    message = str(raised.value)
+    assert "unknown config key metrics.prot, did you mean port?" in message
+    assert "unknown config section [polll], did you mean poll?" in message
+    assert "unknown config key poll.batch_sise, did you mean batch_size?" in message
+    assert "poll.zzz (known" in message  # nothing close: no guess

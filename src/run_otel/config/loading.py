@@ -9,9 +9,10 @@ dotted name, or the variable that set it.
 
 from __future__ import annotations
 
+import difflib
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
 
@@ -57,7 +58,7 @@ def _build(raw: Mapping[str, Any], problems: Problems) -> Config:
     sections = {}
     for section, values in raw.items():
         if section not in SECTIONS:
-            problems.add(f"unknown config section [{section}] (known: {', '.join(SECTIONS)})")
+            problems.add(f"unknown config section [{section}]{_did_you_mean(section, SECTIONS)} (known: {', '.join(SECTIONS)})")
         elif not isinstance(values, Mapping):
             problems.add(f"[{section}] must be a table of keys")
         else:
@@ -115,9 +116,12 @@ def _run_otel_values(env: Mapping[str, str], problems: Problems) -> dict[str, di
     out: dict[str, dict[str, Any]] = {}
     for (section, key), name in _run_otel_variables(env).items():
         if section not in SECTIONS:
-            problems.add(f"{name}: unknown config section [{section}] (known: {', '.join(SECTIONS)})")
+            problems.add(
+                f"{name}: unknown config section [{section}]{_did_you_mean(section, SECTIONS)} (known: {', '.join(SECTIONS)})"
+            )
         elif key not in (hints := get_type_hints(SECTIONS[section])):
-            problems.add(f"{name}: unknown config key {section}.{key} (known in [{section}]: {', '.join(hints)})")
+            known = f"(known in [{section}]: {', '.join(hints)})"
+            problems.add(f"{name}: unknown config key {section}.{key}{_did_you_mean(key, hints)} {known}")
         else:
             out.setdefault(section, {})[key] = _env_value(env[name])
     return out
@@ -138,7 +142,10 @@ def _build_section(section: str, cls: type, values: Mapping[str, Any], problems:
     kwargs = {}
     for key, value in values.items():
         if key not in hints:
-            problems.add(f"unknown config key {section}.{key} (known in [{section}]: {', '.join(hints)})", (section, key))
+            problems.add(
+                f"unknown config key {section}.{key}{_did_you_mean(key, hints)} (known in [{section}]: {', '.join(hints)})",
+                (section, key),
+            )
             continue
         try:
             kwargs[key] = _coerce(f"{section}.{key}", hints[key], value)
@@ -176,3 +183,9 @@ def _coerce(name: str, hint: Any, value: Any) -> Any:
             return str(value)
         raise ConfigError(f"{name} must be a string, got {value!r}")
     raise ConfigError(f"{name}: unsupported type {hint!r}")  # pragma: no cover
+
+
+def _did_you_mean(name: str, known: Iterable[str]) -> str:
+    """ ", did you mean port?" for a key one typo away from a known one, else nothing."""
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.75)
+    return f", did you mean {close[0]}?" if close else ""
