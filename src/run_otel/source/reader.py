@@ -8,6 +8,7 @@ it maps, never ``self_evaluation``, and user content only when capture is on.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
@@ -23,10 +24,12 @@ from ..config import ContentConfig, SourceConfig
 from .clock import ClockSample, SourceClock
 from .columns import TOOL_COLUMNS, columns_read
 from .engine import make_engine, safe_url
-from .errors import ConnectionLost, SourceError
+from .errors import ConnectionLost, SourceError, read_failed, unwrapped_driver_errors
 from .evidence import DATABASE_COLUMN_COUNT, DatabaseSummaries, database_columns
 from .rows import TERMINAL_STATUSES, FeedbackRow, RunRow, ToolRow
 from .schema import diagnosis_run, tool_invocation
+
+__all__ = ["Backlog", "ConnectionLost", "Source", "SourceError"]
 
 log = logging.getLogger(__name__)
 
@@ -35,32 +38,6 @@ class Backlog(NamedTuple):
     newest_id: int
     runs: int  # run ids above the checkpoint
     seconds: float | None  # the newest run's created_at minus the checkpoint run's
-
-
-# Server errors that mean a statement hit the timeout rather than failed.
-_TIMEOUT_ERRORS = {1969: "max_statement_time", 3024: "max_execution_time", 1205: "lock_wait_timeout"}
-# Client errors that mean the connection is gone (the server restarted, a failover, a
-# dropped network): 2003 cannot connect, 2006 server has gone away, 2013 lost during
-# a query (also the read-timeout backstop's), 2055 mysql-connector's lost connection.
-_CONNECTION_ERRORS = frozenset({2003, 2006, 2013, 2055})
-# The same, in the words of an error that carries no code.
-_LOST_WORDS = ("Lost connection to", "MySQL server has gone away", "Can't connect to")
-
-
-def _unwrapped_driver_errors() -> tuple[type[Exception], ...]:
-    """mysql-connector's C extension raises its own MySQLInterfaceError from rollback()
-    without wrapping it, and SQLAlchemy re-raises what is not a DB-API error as it is: a
-    server gone between a read and the connection's release would otherwise end a
-    backfill with a traceback instead of the wait every other lost connection gets."""
-    try:
-        from _mysql_connector import MySQLInterfaceError
-    except ImportError:
-        return ()
-    return (MySQLInterfaceError,)
-
-
-_NO_SUCH_FUNCTION = 1305  # MySQL/MariaDB: FUNCTION ... does not exist
-_TLS_FAILED = 2026  # the client's "SSL connection error", often with only OpenSSL's own words
 
 
 def _as_stored(column: ColumnElement) -> ColumnElement:
@@ -93,7 +70,8 @@ class Source:
         self._statement_timeout = config.statement_timeout_seconds
         self.engine = engine or make_engine(self._url, config.connect_timeout_seconds, config)
         self._chunk = tool_chunk_size
-        self._unwrapped_errors = _unwrapped_driver_errors() if self.engine.dialect.driver == "mysqlconnector" else ()
+        unwrapped = unwrapped_driver_errors() if self.engine.dialect.driver == "mysqlconnector" else ()
+        self._read_errors: tuple[type[Exception], ...] = (SQLAlchemyError, *unwrapped)
         self.clock = SourceClock(config.timezone)
         run_cols, tool_cols = columns_read(content)
         self._run_select = select(*(diagnosis_run.c[name] for name in run_cols))
@@ -131,12 +109,6 @@ class Source:
         values = [*row[:at], summary, *row[at + DATABASE_COLUMN_COUNT :]]
         return ToolRow(*values)
 
-    def _lost(self, reason: object) -> ConnectionLost:
-        return ConnectionLost(
-            f"database {self.describe()}: lost the connection (the server restarted or went away, "
-            f"or the network dropped it): {reason}"
-        )
-
     def _fetch(self, statement: Executable, bulk: bool = False) -> list:
         try:
             with self.engine.connect() as conn:
@@ -149,28 +121,8 @@ class Source:
                     result.close()
                     return list(rows)
                 return list(result)
-        except self._unwrapped_errors as exc:
-            code = getattr(exc, "errno", None)
-            if code in _CONNECTION_ERRORS or str(exc).startswith(_LOST_WORDS):
-                raise self._lost(exc) from None
-            raise SourceError(f"database {self.describe()}: {exc}") from None
-        except SQLAlchemyError as exc:
-            reason = getattr(exc, "orig", None) or exc.__class__.__name__
-            code = getattr(reason, "args", (None,))[0] if getattr(reason, "args", None) else None
-            # SQLAlchemy's own disconnect test knows each driver's words for it, such as
-            # mysql-connector's "MySQL Connection not available" with no error code.
-            if code in _CONNECTION_ERRORS or getattr(exc, "connection_invalidated", False):
-                raise self._lost(reason) from None
-            if code in _TIMEOUT_ERRORS:
-                reason = (
-                    f"a statement ran past source.statement_timeout_seconds ({self._statement_timeout:g}s; "
-                    f"{_TIMEOUT_ERRORS[code]}): is a table locked? {reason}"
-                )
-            elif code == _TLS_FAILED:
-                reason = f"{reason}: the TLS handshake failed; does source.tls_ca sign the server's certificate?"
-            elif code == _NO_SUCH_FUNCTION and self._evidence_at is not None:
-                reason = f"{reason}: this server has no JSON functions; set source.evidence_in_database = false"
-            raise SourceError(f"database {self.describe()}: {reason}") from None
+        except self._read_errors as exc:
+            raise read_failed(exc, self.describe(), self._statement_timeout, self._evidence_at is not None) from None
 
     # -- runs ---------------------------------------------------------------
 
@@ -179,12 +131,14 @@ class Source:
         return int(rows[0][0] or 0)
 
     def next_run_id(self) -> int | None:
-        """The next run's id (AUTO_INCREMENT): a delete leaves it, a restore moves it back. None on SQLite."""
+        """The next run's id (AUTO_INCREMENT): a delete leaves it, a restore moves it back. None on SQLite.
+        From SHOW CREATE TABLE, which reads no table; information_schema.TABLES is a full scan by
+        MariaDB's count, and MySQL 8 answers it from statistics up to a day old."""
         if self.engine.dialect.name != "mysql":
             return None
-        query = "SELECT AUTO_INCREMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = :t"
-        rows = self._fetch(text(query).bindparams(t=diagnosis_run.name))
-        return int(rows[0][0]) if rows and rows[0][0] is not None else None
+        rows = self._fetch(text(f"SHOW CREATE TABLE {diagnosis_run.name}"))
+        found = re.search(r"\bAUTO_INCREMENT=(\d+)", str(rows[0][1])) if rows else None
+        return int(found[1]) if found else 1  # no AUTO_INCREMENT= clause: the table never had a row
 
     def runs_after(self, high_water: int, limit: int, until_id: int | None = None) -> list[RunRow]:
         """Up to ``limit`` runs with id above ``high_water`` (and up to ``until_id``), by id."""
@@ -206,9 +160,16 @@ class Source:
         rows = self._fetch(self._run_select.where(diagnosis_run.c.run_id == run_id))
         return RunRow(*rows[0]) if rows else None
 
+    def _newest(self, *columns: ColumnElement) -> list:
+        """The newest run's ``columns``, by MAX(id), which the optimizer answers from the primary
+        key's last entry, then that row by key. ``ORDER BY id DESC LIMIT 1`` reads the same one row,
+        but MariaDB counts it as a full scan (``Select_scan``, ``Full_scan`` in the slow log)."""
+        newest = select(func.max(diagnosis_run.c.id)).scalar_subquery()
+        return self._fetch(select(*columns).where(diagnosis_run.c.id == newest))
+
     def newest_run(self) -> tuple[int, datetime] | None:
         """The newest run's id and created_at: one primary-key probe."""
-        rows = self._fetch(select(diagnosis_run.c.id, diagnosis_run.c.created_at).order_by(diagnosis_run.c.id.desc()).limit(1))
+        rows = self._newest(diagnosis_run.c.id, diagnosis_run.c.created_at)
         return (int(rows[0][0]), rows[0][1]) if rows else None
 
     def backlog(self, high_water: int, clock: SourceClock) -> Backlog | None:
@@ -276,11 +237,7 @@ class Source:
 
     def clock_sample(self) -> ClockSample | None:
         """The newest run's times and the database's clocks, for the time-zone check."""
-        newest = self._fetch(
-            select(diagnosis_run.c.id, diagnosis_run.c.created_at, diagnosis_run.c.updated_at)
-            .order_by(diagnosis_run.c.id.desc())
-            .limit(1)
-        )
+        newest = self._newest(diagnosis_run.c.id, diagnosis_run.c.created_at, diagnosis_run.c.updated_at)
         if not newest:
             return None
         stamps = [v for v in newest[0][1:] if isinstance(v, datetime)]
