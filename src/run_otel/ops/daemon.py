@@ -127,17 +127,17 @@ class Daemon:
 
     # -- one tick -------------------------------------------------------------------
 
-    def _tick(self) -> None:
+    def _tick(self, late: bool = True) -> None:
         if not self._busy.acquire(blocking=False):
             return
         self._tick_started = time.monotonic()
         try:
-            self._poll_once()
+            self._poll_once(late)
         finally:
             self._tick_started = None
             self._busy.release()
 
-    def _poll_once(self) -> None:
+    def _poll_once(self, late: bool = True) -> None:
         if time.monotonic() < self._retry_at or self._stop.is_set() or not self._holding():
             return
         try:
@@ -146,7 +146,7 @@ class Daemon:
             self._failed(exc)
             return
         try:
-            result = self.poller.poll()  # records its own failure
+            result = self.poller.poll(late)  # records its own failure
         except Exception as exc:
             self._failed(exc)
             return
@@ -209,7 +209,7 @@ class Daemon:
     def _feedback_pass(self) -> None:
         """Every feedback.interval_seconds, after a good poll, in the same tick: never beside a poll.
         A failure is the tick's: nothing was recorded as sent, so the next pass sends it again."""
-        if self.feedback is None or time.monotonic() < self._feedback_due:
+        if self.feedback is None or time.monotonic() < self._feedback_due or self._stop.is_set():
             return
         self.feedback.run()
         self._feedback_due = time.monotonic() + self._config.feedback.interval_seconds
@@ -218,7 +218,9 @@ class Daemon:
         if self._scheduler is None:
             return
         run_date = datetime.fromtimestamp(max(at, time.time()) + 0.05, UTC)
-        self._scheduler.add_job(self._tick, "date", run_date=run_date, id=job_id, replace_existing=True)
+        # A run settling sends that run: the late-row watch waits for the interval's poll.
+        late = job_id != "settle"
+        self._scheduler.add_job(self._tick, "date", run_date=run_date, id=job_id, replace_existing=True, kwargs={"late": late})
 
     # -- the loop -------------------------------------------------------------------
 

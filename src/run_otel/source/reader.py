@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
-from sqlalchemy import Boolean, Dialect, Engine, Select, func, select, text, type_coerce
+from sqlalchemy import Boolean, Dialect, Engine, Select, func, inspect, select, text, type_coerce
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.expression import Executable
@@ -217,12 +217,39 @@ class Source:
     def rated_runs(self, first_id: int, last_id: int) -> list[FeedbackRow]:
         """Finished runs in [first_id, last_id] that carry feedback: one primary-key range read."""
         run = diagnosis_run.c
-        stmt = (
-            select(run.id, run.run_id, run.intent, run.feedback, run.updated_at, run.created_at, run.total_duration_ms)
-            .where(run.id >= first_id, run.id <= last_id, run.feedback.is_not(None), run.status.in_(sorted(TERMINAL_STATUSES)))
-            .order_by(run.id)
+        return self._rated(run.id >= first_id, run.id <= last_id)
+
+    def rated_runs_by_ids(self, ids: Iterable[int]) -> list[FeedbackRow]:
+        """Finished runs of these ids that carry feedback: primary-key lookups."""
+        return [row for chunk in _chunks(sorted(set(ids)), self._chunk) for row in self._rated(diagnosis_run.c.id.in_(chunk))]
+
+    def rated_runs_updated_since(self, since: datetime, created_from: datetime, last_id: int, index: str) -> list[FeedbackRow]:
+        """Finished runs up to ``last_id``, created from ``created_from``, that carry feedback and were
+        updated since ``since``: a range of the agent's index ``index`` on updated_at."""
+        run = diagnosis_run.c
+        # In the index's order, sorted here: MariaDB counts a filesort's rows as examined again.
+        rows = self._rated(run.updated_at >= since, run.created_at >= created_from, run.id <= last_id, index=index)
+        return sorted(rows, key=lambda row: row.id)
+
+    def _rated(self, *bounds: ColumnElement, index: str | None = None) -> list[FeedbackRow]:
+        run = diagnosis_run.c
+        stmt = select(run.id, run.run_id, run.intent, run.feedback, run.updated_at, run.created_at, run.total_duration_ms).where(
+            *bounds, run.feedback.is_not(None), run.status.in_(sorted(TERMINAL_STATUSES))
         )
+        if index is None:
+            stmt = stmt.order_by(run.id)
+        else:  # the status index is there too: the optimizer may not see which is narrow
+            stmt = stmt.with_hint(diagnosis_run, f"FORCE INDEX (`{index}`)", "mysql")
         return [FeedbackRow(*row) for row in self._fetch(stmt)]
+
+    def updated_at_index(self) -> str | None:
+        """An index of diagnosis_run that leads with updated_at, by name; None when there is none.
+        Read from SHOW CREATE TABLE, which reads no rows."""
+        try:
+            indexes = inspect(self.engine).get_indexes(diagnosis_run.name)
+        except self._read_errors as exc:
+            raise read_failed(exc, self.describe(), self._statement_timeout, False) from None
+        return next((str(i["name"]) for i in indexes if i["column_names"][:1] == ["updated_at"]), None)
 
     def clock_offset(self, clock: Callable[[], float] = time.time) -> float | None:
         """The database's clock minus ``clock`` (this host's) mid round trip; None on SQLite (the host's clock)."""
@@ -268,38 +295,44 @@ class Source:
 
     # -- tools --------------------------------------------------------------
 
-    def tools_for(self, run_ids: Iterable[str]) -> dict[str, list[ToolRow]]:
-        """Tool rows by run_id, in id order: one ``run_id IN (...)`` query per chunk."""
+    def tools_for(self, run_ids: Iterable[str], through_id: int | None = None) -> dict[str, list[ToolRow]]:
+        """Tool rows by run_id, in id order: one ``run_id IN (...)`` query per chunk. With
+        ``through_id``, only the rows up to that id: ``idx_tool_invocation_run_id`` is
+        (run_id, id), so the rows above it are not even examined."""
         wanted = sorted({_text(run_id) for run_id in run_ids})
         by_run: dict[str, list[ToolRow]] = {run_id: [] for run_id in wanted}
         # MySQL's default collations compare case-insensitively, so IN may
         # return 'RUN-A' for 'run-a'; file such rows under the id that was asked.
         folded = {run_id.casefold(): run_id for run_id in wanted}
         for chunk in _chunks(wanted, self._chunk):
-            stmt = self._tool_select.where(tool_invocation.c.run_id.in_(chunk)).order_by(
-                tool_invocation.c.run_id, tool_invocation.c.id
-            )
-            for row in self._fetch(stmt, bulk=True):
-                tool = self._tool_row(row)
+            stmt = self._tool_select.where(tool_invocation.c.run_id.in_(chunk))
+            if through_id is not None:
+                stmt = stmt.where(tool_invocation.c.id <= through_id)
+            for tool in self._tools(stmt.order_by(tool_invocation.c.run_id, tool_invocation.c.id)):
                 run_id = _text(tool.run_id)
                 key = run_id if run_id in by_run else folded.get(run_id.casefold())
                 if key is not None:
                     by_run[key].append(tool)
         return by_run
 
-    def tool_counts_for(self, run_ids: Iterable[str]) -> dict[str, tuple[int, int]]:
-        """(count, highest id) of each run's tool rows: from idx_tool_invocation_run_id alone, one row a run."""
-        wanted = sorted({_text(run_id) for run_id in run_ids})
-        out: dict[str, tuple[int, int]] = {}
-        asked, folded, c = set(wanted), {run_id.casefold(): run_id for run_id in wanted}, tool_invocation.c
-        for chunk in _chunks(wanted, self._chunk):
-            stmt = select(c.run_id, func.count(), func.max(c.id)).where(c.run_id.in_(chunk)).group_by(c.run_id)
-            for run_id, count, highest in self._fetch(stmt, bulk=True):
-                name = _text(run_id)
-                key = name if name in asked else folded.get(name.casefold())
-                if key is not None:
-                    out[key] = (int(count), int(highest))
+    def tools_after(self, tool_id: int, limit: int) -> list[ToolRow]:
+        """Up to ``limit`` tool rows with id above ``tool_id``, by id: a primary-key range."""
+        c = tool_invocation.c
+        return self._tools(self._tool_select.where(c.id > tool_id).order_by(c.id).limit(limit))
+
+    def tools_by_ids(self, ids: Iterable[int]) -> list[ToolRow]:
+        """The tool rows of these ids that exist, by id: primary-key lookups, one query per chunk."""
+        out: list[ToolRow] = []
+        for chunk in _chunks(sorted(set(ids)), self._chunk):
+            out.extend(self._tools(self._tool_select.where(tool_invocation.c.id.in_(chunk)).order_by(tool_invocation.c.id)))
         return out
+
+    def max_tool_id(self) -> int:
+        """The highest tool row id, from the primary key's last entry."""
+        return int(self._fetch(select(func.max(tool_invocation.c.id)))[0][0] or 0)
+
+    def _tools(self, statement: Select) -> list[ToolRow]:
+        return [self._tool_row(row) for row in self._fetch(statement, bulk=True)]
 
     def close(self) -> None:
         self.engine.dispose()
