@@ -12,11 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..source.reader import Source
-from ..source.rows import RunRow
+from ..source.rows import RunRow, ToolRow
 from .checkpoint import Checkpoint
 from .guard import SourceGuard
 from .recorder import Recorder
-from .run_export import Prepared
 from .transitions import Classified, Rules, advance, classify, expire_gaps
 
 log = logging.getLogger(__name__)
@@ -29,7 +28,7 @@ class Batch:
     decided: Classified
     new_runs: list[RunRow]  # the runs read above the checkpoint
     full: bool  # as many new runs as poll.batch_size: more may wait
-    prepared: Prepared | None = None
+    tools: dict[str, list[ToolRow]] | None = None  # the tool rows of the runs to send, by run_id
 
 
 class BatchReader:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 
@@ -25,6 +25,7 @@ from .gc_policy import BatchCollection
 from .guard import SourceGuard
 from .late_rows import LatePass
 from .poll_batch import Batch, BatchReader
+from .readahead import ReadAhead
 from .recorder import Recorder
 from .results import PollResult
 from .run_export import RunExporter
@@ -102,44 +103,53 @@ class Poller:
     # -- the batches ----------------------------------------------------------
 
     def _drain(self, total: PollResult) -> None:
-        """Each batch is read and mapped while the one before is sent, in a sending thread of its own;
-        each is checkpointed, counted and measured once acknowledged, in order."""
+        """As a backfill does: the next batch is read in a read-ahead thread while this one is mapped,
+        and mapped while the one before is sent, in a sending thread; each is checkpointed, counted
+        and measured once acknowledged, in order."""
+        self._check_zone_once()
         checkpoint = self._load_checkpoint()
+        self._high_water = checkpoint.high_water  # the backlog gauges, even when the first batch fails
+        self._checkpoint_pending = len(checkpoint.pending)
+        self._waiting_since = min(checkpoint.pending.values(), default=None)
         sending: tuple[Future[PollResult], Batch] | None = None
-        with BatchCollection() as collection, ThreadPoolExecutor(1, thread_name_prefix="run-otel-send") as sender:
+        with (
+            BatchCollection() as collection,
+            ReadAhead(self._batches(checkpoint), name="run-otel-poll-read") as batches,
+            ThreadPoolExecutor(1, thread_name_prefix="run-otel-send") as sender,
+        ):
             try:
-                while True:
+                for batch in batches:
                     self.progress_at = time.monotonic()
-                    batch = self._read(checkpoint)
+                    prepared = self._exporter.prepare(batch.decided.to_export, batch.decided.incomplete, batch.tools)
                     if sending is not None:
                         total.add(self._finish(*sending))
                         sending = None
                         collection.after_batch()
                     if self.stop_requested.is_set() or not self._keep_going():
                         break
-                    assert batch.prepared is not None
-                    sending = (sender.submit(self._exporter.deliver, batch.prepared, self.stop_requested), batch)
-                    checkpoint = batch.following
-                    if not batch.full:
-                        break
+                    sending = (sender.submit(self._exporter.deliver, prepared, self.stop_requested), batch)
                 if sending is not None:
                     total.add(self._finish(*sending))
             finally:
                 self.progress_at = time.monotonic()
 
-    def _read(self, checkpoint: Checkpoint) -> Batch:
-        self._checkpoint_pending = len(checkpoint.pending)
-        self._waiting_since = min(checkpoint.pending.values(), default=None)
-        self._check_zone_once()
-        now = self._clock() + self._offset  # the database's time: settle and timeouts compare its timestamps
-        batch = self._reader.read(checkpoint, now, self._rules)
-        runs = batch.decided.to_export
+    def _batches(self, checkpoint: Checkpoint) -> Iterator[Batch]:
+        """Each batch's runs and tool rows, from where the one before would leave the checkpoint: pure
+        reads, run in the read-ahead thread."""
         feed = self._late.feed if self._late is not None else None
-        if feed is not None:
-            feed.read(now)  # after the runs: a settled run's tool rows have landed
-        tools = feed.tools_for(runs) if feed is not None else None
-        batch.prepared = self._exporter.prepare(runs, batch.decided.incomplete, tools)
-        return batch
+        while not self.stop_requested.is_set():
+            now = self._clock() + self._offset  # the database's time: settle and timeouts compare its timestamps
+            batch = self._reader.read(checkpoint, now, self._rules)
+            runs = batch.decided.to_export
+            if feed is not None:
+                feed.read(now)  # after the runs: a settled run's tool rows have landed
+                batch.tools = feed.tools_for(runs)
+            else:
+                batch.tools = self._source.tools_for(run.run_id for run in runs) if runs else {}
+            yield batch
+            if not batch.full:
+                return
+            checkpoint = batch.following
 
     def _finish(self, sent: Future[PollResult], batch: Batch) -> PollResult:
         """Waits for the batch's acknowledgement (an ExportError fails the poll), then saves where it

@@ -22,6 +22,7 @@ reads the rows of the runs watched then by ``run_id``, once.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from ..sharding import in_shard
@@ -53,6 +54,8 @@ class ToolFeed:
         self._store = store
         self._gap_timeout = gap_timeout_seconds
         self._watched = watched  # the runs watched now, by run_id
+        # The poll reads ahead in a thread of its own, while the batch before is checkpointed here.
+        self._lock = threading.RLock()
         self._high: int | None = None  # None until the first read loads or sets it
         self._floor = 0
         self._gaps: dict[int, float] = {}
@@ -63,26 +66,38 @@ class ToolFeed:
     # -- reading ----------------------------------------------------------------
 
     def read(self, now: float) -> None:
-        """Reads the tool rows committed since the last read, and the gaps committed since."""
-        if self._high is None:
-            saved = self._store.tool_mark()
-            if saved is None:
-                self._skip_to_newest()
+        """Reads the tool rows committed since the last read, and the gaps committed since. Only this
+        changes where the feed stands, so it reads without the lock, and takes it to hold what it read."""
+        with self._lock:
+            if self._high is None and not self._start():
                 return
-            self._high = self._floor = saved.high
-            self._gaps = dict(saved.gaps)
-        self._recheck_gaps(now)
+            gaps = list(self._gaps)
+        found = self._source.tools_by_ids(gaps) if gaps else []
+        with self._lock:
+            self._found(found, now)
         read = 0
         while True:
+            assert self._high is not None
             rows = self._source.tools_after(self._high, READ_LIMIT)
-            self._take(rows, now)
             read += len(rows)
+            with self._lock:
+                if len(rows) == READ_LIMIT and read >= BEHIND_ROWS:
+                    self._skip_to_newest()
+                    return
+                self._take(rows, now)
+                self._trim()
             if len(rows) < READ_LIMIT:
-                break
-            if read >= BEHIND_ROWS:
-                self._skip_to_newest()
                 return
-        self._trim()
+
+    def _start(self) -> bool:
+        """Where the state store says the feed stood, or (a first start) the newest tool id: False then."""
+        saved = self._store.tool_mark()
+        if saved is None:
+            self._skip_to_newest()
+            return False
+        self._high = self._floor = saved.high
+        self._gaps = dict(saved.gaps)
+        return True
 
     def _take(self, rows: Sequence[ToolRow], now: float) -> None:
         """Holds ``rows`` (ascending, above the high) and records the ids they skipped as gaps."""
@@ -114,11 +129,9 @@ class ToolFeed:
             self._count += 1
         held[row.id] = row
 
-    def _recheck_gaps(self, now: float) -> None:
-        """The gaps that committed since are read like new rows; those missed for the window are given up."""
-        if not self._gaps:
-            return
-        for row in self._source.tools_by_ids(self._gaps):
+    def _found(self, rows: Sequence[ToolRow], now: float) -> None:
+        """The gaps that committed since are held like new rows; those missed for the window are given up."""
+        for row in rows:
             self._gaps.pop(row.id, None)
             self._hold(row)
         for gap in [gap for gap, seen in self._gaps.items() if now - seen >= self._gap_timeout]:
@@ -159,54 +172,60 @@ class ToolFeed:
     def tools_for(self, runs: Sequence[RunRow]) -> dict[str, list[ToolRow]]:
         """The runs' tool rows, in id order: those up to the floor by run_id, the rest from what was read."""
         asked = [run_key(run.run_id) for run in runs]
-        out = self._source.tools_for(asked, through_id=self._floor) if asked and self._floor else {}
+        with self._lock:
+            floor = self._floor
+        out = self._source.tools_for(asked, through_id=floor) if asked and floor else {}
         named, folded = set(asked), {run_id.casefold(): run_id for run_id in asked}
-        for fold in folded:
-            for row in self._held.get(fold, {}).values():
-                name = run_key(row.run_id)
-                key = name if name in named else folded.get(name.casefold())
-                if key is not None:
-                    out.setdefault(key, []).append(row)
+        with self._lock:
+            for fold in folded:
+                for row in self._held.get(fold, {}).values():
+                    name = run_key(row.run_id)
+                    key = name if name in named else folded.get(name.casefold())
+                    if key is not None:
+                        out.setdefault(key, []).append(row)
         for key, rows in out.items():
             out[key] = sorted({row.id: row for row in rows}.values(), key=lambda row: row.id)
         return out
 
     def late(self, watched: Mapping[str, Watched]) -> dict[str, list[ToolRow]]:
         """The rows read for the watched runs that their traces lack, by run_id, in id order."""
-        out: dict[str, list[ToolRow]] = {}
-        folded = {run_id.casefold(): w for run_id, w in watched.items()}
-        for key in list(self._held):
-            w = folded.get(key)
-            if w is None:
-                continue
-            held = self._held[key]
-            for tool_id, row in sorted(held.items()):
-                if tool_id in w.tool_ids:  # in the trace already
-                    del held[tool_id]
-                    self._count -= 1
-                else:
-                    out.setdefault(w.run_id, []).append(row)
-            if not held:
-                del self._held[key]
-        return out
+        with self._lock:
+            out: dict[str, list[ToolRow]] = {}
+            folded = {run_id.casefold(): w for run_id, w in watched.items()}
+            for key in list(self._held):
+                w = folded.get(key)
+                if w is None:
+                    continue
+                held = self._held[key]
+                for tool_id, row in sorted(held.items()):
+                    if tool_id in w.tool_ids:  # in the trace already
+                        del held[tool_id]
+                        self._count -= 1
+                    else:
+                        out.setdefault(w.run_id, []).append(row)
+                if not held:
+                    del self._held[key]
+            return out
 
     def release(self, sent: Iterable[tuple[str, Iterable[int]]]) -> None:
         """Drops the rows that went out, each (run_id, tool ids), once acknowledged."""
-        for run_id, ids in sent:
-            held = self._held.get(run_key(run_id).casefold())
-            for tool_id in ids:
-                if held is not None and held.pop(tool_id, None) is not None:
-                    self._count -= 1
-            if held is not None and not held:
-                del self._held[run_key(run_id).casefold()]
+        with self._lock:
+            for run_id, ids in sent:
+                held = self._held.get(run_key(run_id).casefold())
+                for tool_id in ids:
+                    if held is not None and held.pop(tool_id, None) is not None:
+                        self._count -= 1
+                if held is not None and not held:
+                    del self._held[run_key(run_id).casefold()]
 
     def mark(self, starting: Iterable[Watched] = ()) -> ToolMark | None:
         """What the state store keeps: the highest id read, lowered below any row that a watched
         run's trace still lacks (``starting``: the watches saved with it), so that a restart reads
         it again; and the gaps below it."""
-        if self._high is None:
-            return None
-        watched = {**self._watched(), **{w.run_id: w for w in starting}}
-        lacking = [row.id for rows in self.late(watched).values() for row in rows]
-        high = min(self._high, min(lacking, default=self._high + 1) - 1)
-        return ToolMark(high, {gap: seen for gap, seen in self._gaps.items() if gap <= high})
+        with self._lock:
+            if self._high is None:
+                return None
+            watched = {**self._watched(), **{w.run_id: w for w in starting}}
+            lacking = [row.id for rows in self.late(watched).values() for row in rows]
+            high = min(self._high, min(lacking, default=self._high + 1) - 1)
+            return ToolMark(high, {gap: seen for gap, seen in self._gaps.items() if gap <= high})
