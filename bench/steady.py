@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/steady.py                # 100k runs x 10 tools; about 25 minutes
     .venv/bin/python bench/steady.py --runs 20000 --catchup-runs 10000 \\
-        --idle-seconds 15 --phase-seconds 20 --warmup-seconds 5         # a short look, about 3 minutes
+        --idle-seconds 15 --idle-warmup-seconds 5 --phase-seconds 20 --warmup-seconds 5   # about 3 minutes
 
 It starts its own MariaDB on loopback with every statement in the slow log
 (long_query_time = 0, log_slow_verbosity = query_plan: Rows_examined and
@@ -135,6 +135,7 @@ def main(argv: list[str] | None = None) -> None:
                     out["rows_read_userstat"] = db.user_delta(before, after, db.BRIDGE_USER)["ROWS_READ"]
                     out["rows_examined_per_row_exported"] = cost.rows_examined / new_rows
                     out["full_scans"] = cost.full_scans
+                    out["full_scans_by_shape"] = {s: v["full_scans"] for s, v in cost.shapes.items() if v["full_scans"]}
                     return out
 
                 if not args.skip_backfill:
