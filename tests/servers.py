@@ -98,18 +98,22 @@ class MariaDB:
         self.process: subprocess.Popen | None = None
 
     def install(self) -> None:
-        self.datadir.mkdir(parents=True)
-        subprocess.run(
-            [
-                _binary("mariadb-install-db", "mysql_install_db"),
-                f"--datadir={self.datadir}",
-                "--user=root",
-                "--auth-root-authentication-method=normal",
-                "--skip-test-db",
-            ],
-            check=True,
-            capture_output=True,
-        )
+        command = [
+            _binary("mariadb-install-db", "mysql_install_db"),
+            f"--datadir={self.datadir}",
+            "--user=root",
+            "--auth-root-authentication-method=normal",
+            "--skip-test-db",
+        ]
+        # On a loaded machine the bootstrap server has been seen to fail now and then: once more
+        # into an empty directory, then fail with what it said.
+        for _attempt in range(2):
+            shutil.rmtree(self.datadir, ignore_errors=True)
+            self.datadir.mkdir(parents=True)
+            done = subprocess.run(command, capture_output=True, text=True)
+            if done.returncode == 0:
+                return
+        raise RuntimeError(f"mariadb-install-db failed twice ({done.returncode}): {(done.stdout + done.stderr)[-2000:]}")
 
     def start(self) -> None:
         log = (self.base / "mysqld.log").open("ab")

@@ -14,7 +14,7 @@ holds the bytes to the protobuf runtime's for the readable spans.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ..mapping import attributes as A
 from ..mapping.limits import AttributeLimits
@@ -37,10 +37,11 @@ class _Key:
     def __init__(self, key: str):
         self.field = key_field(key)
         repeats = key not in _UNIQUE_KEYS
-        self.strings: dict[str, bytes] | None = {} if repeats else None
-        self.ints: dict[int, bytes] | None = {} if repeats else None
-        self.flags: dict[bool, bytes] | None = {} if repeats else None
-        self.lists: dict[tuple[str, ...], bytes] | None = {} if repeats else None
+        # Typed alike, so the one lookup in ``put`` serves every kind.
+        self.strings: dict[Any, bytes] | None = {} if repeats else None
+        self.ints: dict[Any, bytes] | None = {} if repeats else None
+        self.flags: dict[Any, bytes] | None = {} if repeats else None
+        self.lists: dict[Any, bytes] | None = {} if repeats else None
 
 
 class WireSpans(SpanOut[bytes]):
@@ -64,7 +65,7 @@ class WireSpans(SpanOut[bytes]):
         if spec is None:
             spec = self._keys[key] = _Key(key)
         kind = value.__class__
-        held: dict | None
+        held: dict[Any, bytes] | None
         if kind is str:
             held = spec.strings
         elif kind is int:
@@ -82,7 +83,7 @@ class WireSpans(SpanOut[bytes]):
                 return
         self._parts.append(field)
 
-    def _encode(self, spec: _Key, key: str, value: AttrValue, held: dict | None) -> bytes | None:
+    def _encode(self, spec: _Key, key: str, value: AttrValue, held: dict[Any, bytes] | None) -> bytes | None:
         """A value not held: tested against the limits (only values within them are held), then
         encoded; None when the limits remove it."""
         if not self.limits.fits(key, value):
