@@ -64,7 +64,7 @@ class WireSpans(SpanOut[bytes]):
         spec = self._keys.get(key)
         if spec is None:
             spec = self._keys[key] = _Key(key)
-        kind = value.__class__
+        kind = type(value)
         held: dict[Any, bytes] | None
         if kind is str:
             held = spec.strings
@@ -120,7 +120,7 @@ class WireSpans(SpanOut[bytes]):
         if body is None:
             body = event_body(name, attributes)
             # Held only with text values: True == 1 and 0.0 == -0.0 would meet under one key.
-            if len(body) <= _HELD_MAX_BYTES and all(value.__class__ is str for _, value in attributes):
+            if len(body) <= _HELD_MAX_BYTES and all(type(value) is str for _, value in attributes):
                 self._hold()
                 self._event_bodies[(name, attributes)] = body
         return event_field(at_ns, body)

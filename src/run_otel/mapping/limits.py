@@ -38,7 +38,7 @@ class AttributeLimits:
         """Whether the attribute is within the caps as it is."""
         if key.startswith(_DOCUMENT_PREFIX) and _document_index(key) >= self.list_length:
             return False
-        kind = value.__class__
+        kind = type(value)
         if kind is str:
             return len(value) <= self.value_length  # type: ignore[arg-type]
         if kind is tuple:
