@@ -2,9 +2,10 @@
 
 Polls never overlap. A failed poll is retried with jittered exponential
 backoff, at the time the log line announces. ``/healthz`` fails when a poll
-has made no progress for ``poll.stuck_after_seconds``. On SIGTERM the batch in
-flight gets ``poll.shutdown_timeout_seconds`` to finish and checkpoint; past
-that the process exits 1 without saving it, so it is re-sent after a restart.
+has made no progress for ``poll.stuck_after_seconds``. On SIGTERM no further
+request is sent: the one in flight gets ``poll.shutdown_timeout_seconds`` to be
+acknowledged, and the runs of the batch acknowledged whole are checkpointed;
+past that the process exits 1 without saving, so the batch is re-sent after a restart.
 
 After an export failure the receiver is probed with an empty request every
 ``poll.interval_seconds``: once a probe that failed succeeds, the receiver is
@@ -265,7 +266,7 @@ class Daemon:
 
     def _shutdown(self, scheduler: BackgroundScheduler) -> None:
         bound = self._config.poll.shutdown_timeout_seconds
-        log.info("stopping: finishing the batch in flight (at most %.0fs)", bound)
+        log.info("stopping: no further request; the one in flight, if any, has %.0fs to be acknowledged", bound)
         scheduler.shutdown(wait=False)
         if not self._busy.acquire(timeout=bound):
             log.error(
