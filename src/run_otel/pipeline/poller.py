@@ -74,12 +74,13 @@ class Poller:
 
     def poll(self, late: bool = True) -> PollResult:
         """Batches until the backlog is drained (or a stop is requested), then, with ``late``, the
-        late-row watch: a wake-up for a settling run sends that run, and leaves the watch to the poll."""
+        late-row watch and the backlog gauges: a wake-up for a settling run (``late`` False) sends
+        that run, and leaves them to the interval's poll, but between the batches of a drain."""
         started = self._clock()
         total = PollResult()
         try:
             self._measure_offset()
-            self._drain(total)
+            self._drain(total, late)
             if late and self._late is not None and not self.stop_requested.is_set():
                 self._late.run()
         except Exception:
@@ -91,7 +92,7 @@ class Poller:
         self._recorder.poll_finished(
             self._clock() - started, ok=True, pending=total.pending, oldest_pending=self._oldest_pending()
         )
-        if not total.batches:
+        if late and not total.batches:
             self._record_backlog()
         return total
 
@@ -102,7 +103,7 @@ class Poller:
 
     # -- the batches ----------------------------------------------------------
 
-    def _drain(self, total: PollResult) -> None:
+    def _drain(self, total: PollResult, gauges: bool) -> None:
         """As a backfill does: the next batch is read in a read-ahead thread while this one is mapped,
         and mapped while the one before is sent, in a sending thread; each is checkpointed, counted
         and measured once acknowledged, in order."""
@@ -122,14 +123,14 @@ class Poller:
                     self.progress_at = time.monotonic()
                     prepared = self._exporter.prepare(batch.decided.to_export, batch.decided.incomplete, batch.tools)
                     if sending is not None:
-                        total.add(self._finish(*sending))
+                        total.add(self._finish(*sending, gauges=True))  # a drain: its lag falls as it goes
                         sending = None
                         collection.after_batch()
                     if self.stop_requested.is_set() or not self._keep_going():
                         break
                     sending = (sender.submit(self._exporter.deliver, prepared, self.stop_requested), batch)
                 if sending is not None:
-                    total.add(self._finish(*sending))
+                    total.add(self._finish(*sending, gauges=gauges))
             finally:
                 self.progress_at = time.monotonic()
 
@@ -151,7 +152,7 @@ class Poller:
                 return
             checkpoint = batch.following
 
-    def _finish(self, sent: Future[PollResult], batch: Batch) -> PollResult:
+    def _finish(self, sent: Future[PollResult], batch: Batch, gauges: bool) -> PollResult:
         """Waits for the batch's acknowledgement (an ExportError fails the poll), then saves where it
         ends: all of it, or, after a stop in its middle, up to its first run not acknowledged."""
         try:
@@ -184,7 +185,8 @@ class Poller:
             self._recorder.runs_exported(result, acked_at + self._offset)
         except Exception:  # the batch is sent and checkpointed: a metric must not turn that into a failed poll
             log.exception("metrics: recording the exported runs failed; the runs were exported and checkpointed")
-        self._record_backlog()  # between the batches of a drain too: the lag falls as it drains
+        if gauges:
+            self._record_backlog()
         return result
 
     def _log_incomplete(self, decided: Classified, result: PollResult) -> None:
