@@ -177,10 +177,17 @@ def kind_of(s: str, previous: str | None) -> str:
     low = s.lower()
     if "count(*)" in low and "group by tool_invocation.run_id" in low:
         return WATCH
+    # Since the watch reads new tool rows by primary key (tool_feed.py): the range, its gaps, where it starts.
+    if "where tool_invocation.id > ?" in low or "where tool_invocation.id in (...)" in low or "max(tool_invocation.id)" in low:
+        return WATCH
     if "feedback is not null" in low:
         return FEEDBACK
     if low.startswith("select diagnosis_run.id, diagnosis_run.created_at from diagnosis_run order by diagnosis_run.id desc"):
         return BACKLOG
+    if low.startswith(
+        "select diagnosis_run.id, diagnosis_run.created_at from diagnosis_run where diagnosis_run.id = (select max("
+    ):
+        return BACKLOG  # the same probe, by MAX(id)
     if low.endswith(_PK_PROBE) and "select diagnosis_run.id, diagnosis_run.created_at" in low:
         # The lag's second probe follows the newest-run probe; the others search the feedback window.
         return BACKLOG if previous == BACKLOG else PROBE

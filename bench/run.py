@@ -516,7 +516,8 @@ def measure_idle_poll(tmp: Path, url: str, reps: int = 30) -> dict:
 
 
 def measure_feedback_pass(tmp: Path, url: str, receiver: CountingReceiver, window_days: int, reps: int = 10) -> dict:
-    """One feedback recheck over ``window_days`` of a 1M-row table: the first (sends every rating) and the steady state."""
+    """One feedback recheck over ``window_days`` of a 1M-row table: the first (reads the whole window and sends every
+    rating) and the steady state (the part of the window each later pass reads, without an index on updated_at)."""
     from run_otel.config import load_config
     from run_otel.factory import build_feedback, build_parts
     from run_otel.pipeline.checkpoint import Checkpoint
@@ -534,7 +535,7 @@ def measure_feedback_pass(tmp: Path, url: str, receiver: CountingReceiver, windo
         started = time.perf_counter()
         again = feedback.run()
         times.append(time.perf_counter() - started)
-        assert again.sent == 0 and again.rated == first.rated
+        assert again.sent == 0 and again.rated <= first.rated
     parts.close()
     return {
         "window_days": window_days,

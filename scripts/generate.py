@@ -1,7 +1,8 @@
 """Writes the generated artefacts: what `run-otel generate` writes with the default config
 (dashboards/*.json, config/prometheus/alerts.yml and its promtool tests, docs/runbook.md), the
-compose stack's demo workload, deploy/mysql/03-demo-workload.sql, and the reference table in
-docs/configuration.md.
+compose stack's demo workload, deploy/mysql/03-demo-workload.sql, the reference table in
+docs/configuration.md, and the copy of detect-secrets' provider patterns in
+src/run_otel/mapping/provider_patterns.py.
 
     .venv/bin/python scripts/generate.py          # rewrite them
     .venv/bin/python scripts/generate.py --check  # exit 1 if any is stale
@@ -25,6 +26,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from run_otel.generate.artifacts import RULE_TESTS, RULES, RUNBOOK, artifacts
 from run_otel.generate.config_reference import config_reference, splice
 from run_otel.generate.stack import Stack
+from run_otel.mapping.redaction import provider_patterns_module
 from run_otel.ops.demo import generate, workload_sql
 
 # A fixed anchor keeps the file stable; its times are written relative to NOW().
@@ -47,6 +49,7 @@ def artefacts() -> dict[Path, str]:
     files = {ROOT / PLACES.get(name, name): text for name, text in artifacts(Stack()).items()}
     files[ROOT / "deploy" / "mysql" / "03-demo-workload.sql"] = workload_sql(generate(42, 300, DEMO_ANCHOR), DEMO_ANCHOR)
     files[CONFIGURATION_DOC] = configuration_doc()
+    files[ROOT / "src" / "run_otel" / "mapping" / "provider_patterns.py"] = provider_patterns_module()
     return files
 
 

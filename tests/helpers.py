@@ -5,11 +5,13 @@ checked against."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tomllib
 import uuid
 from collections import defaultdict
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -426,3 +428,83 @@ def start_logging(config, stream=None):
     return configure_logging(
         config.log, Scrubber.for_secrets(configured_secrets(config.export, config.source, config.state)), stream
     )
+
+
+# -- what run-otel costs the agent's database, by MariaDB's own account -------------------------
+
+
+@dataclass
+class Statement:
+    """One statement in MariaDB's slow log: who sent it, the rows it examined, whether it was a full scan."""
+
+    user: str
+    rows_examined: int
+    full_scan: bool
+    sql: str
+
+
+_SLOW_HEAD = re.compile(r"^# User@Host: (\S+?)\[", re.M)
+_SLOW_NOT_SQL = re.compile(r"#|SET timestamp=|use |\S+, Version: |Tcp port: |Time\s+Id\s+Command")
+
+
+def reader_url(agent_db: AgentDb, user: str = "run_otel_reader") -> str:
+    """A user of its own that may only read the agent's database: its statements are told from the test's own."""
+    for statement in (
+        f"CREATE OR REPLACE USER '{user}'@'127.0.0.1' IDENTIFIED BY 'reader-pw'",
+        f"GRANT SELECT ON `{agent_db.name}`.* TO '{user}'@'127.0.0.1'",
+    ):
+        agent_db.execute(statement)
+    return agent_db.server.url(agent_db.name, user, "reader-pw")
+
+
+class StatementLog:
+    """MariaDB's slow log at long_query_time = 0 with its query plan: every statement of a session opened
+    while it is on, with the rows it examined (``Rows_examined``) and whether it was a full scan
+    (``Full_scan``, which the server sets where it counts ``Select_scan``)."""
+
+    def __init__(self, agent_db: AgentDb, path: Path):
+        self._server, self.path = agent_db.server, path
+
+    def _set(self, *assignments: str) -> None:
+        conn = self._server.root()
+        try:
+            with conn.cursor() as cur:
+                for assignment in assignments:
+                    cur.execute(f"SET GLOBAL {assignment}")
+                cur.execute("FLUSH SLOW LOGS")
+        finally:
+            conn.close()
+
+    def __enter__(self) -> StatementLog:
+        self._set(
+            f"slow_query_log_file = '{self.path}'",
+            "log_output = 'FILE'",
+            "long_query_time = 0",
+            "log_slow_verbosity = 'query_plan'",
+            "slow_query_log = ON",
+        )
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self._set("slow_query_log = OFF", "long_query_time = 10")
+
+    def statements(self, user: str = "run_otel_reader") -> list[Statement]:
+        """Every statement of ``user`` logged so far, in order."""
+        self._set()  # FLUSH SLOW LOGS: what was written is in the file
+        text = self.path.read_text(errors="replace") if self.path.exists() else ""
+        heads = list(_SLOW_HEAD.finditer(text))
+        out = []
+        for head, following in zip(heads, [*heads[1:], None]):
+            chunk = text[head.start() : following.start() if following else len(text)]
+            sql = " ".join(line for line in chunk.splitlines() if line and not _SLOW_NOT_SQL.match(line))
+            examined, scan = re.search(r"Rows_examined: (\d+)", chunk), re.search(r"Full_scan: (Yes|No)", chunk)
+            if head[1] == user:
+                out.append(Statement(head[1], int(examined[1]) if examined else 0, bool(scan and scan[1] == "Yes"), sql))
+        return out
+
+    def mark(self, user: str = "run_otel_reader") -> int:
+        """How many statements ``user`` sent so far: ``since(mark)`` gives those sent after."""
+        return len(self.statements(user))
+
+    def since(self, mark: int, user: str = "run_otel_reader") -> list[Statement]:
+        return self.statements(user)[mark:]

@@ -61,8 +61,9 @@ def test_no_statement_scans_a_table(agent_db, otlp, tmp_path):
                 plans.append(plan)
                 assert plan["type"] != "ALL", (statement, plan)
     assert {p["table"] for p in plans if p["table"]} == {"diagnosis_run", "tool_invocation"}
-    # The check can fail: without idx_tool_invocation_run_id the same tool fetch is a full scan.
-    statement, parameters = next((s, p) for s, p in captured if "tool_invocation.run_id IN" in s)
+    # The check can fail: without idx_tool_invocation_run_id the same tool fetch is a full scan (the
+    # backfill's, which reads every row of its runs; the poll's reads only those below the rows it holds).
+    statement, parameters = next((s, p) for s, p in captured if "tool_invocation.run_id IN" in s and "id <=" not in s)
     with conn.cursor() as cur:
         cur.execute("ALTER TABLE tool_invocation DROP INDEX idx_tool_invocation_run_id")
         cur.execute("EXPLAIN " + statement, parameters)
@@ -105,3 +106,46 @@ def test_a_poll_reads_its_runs_tool_rows_in_one_statement(agent_db, receiver, tm
     assert runs_with_tools >= 10  # the precondition: most of the 20 runs have tool rows of their own
     assert len(statements) == 1, statements
     assert "run_id IN" in statements[0]
+
+
+def test_no_statement_is_a_full_scan_by_mariadbs_own_count(agent_db, receiver, tmp_path):
+    """EXPLAIN can show a plan that MariaDB then counts as a full scan: ``ORDER BY id DESC LIMIT 1``
+    reads one row, yet counts in Select_scan, and so in the slow log's Full_scan, which a DBA who
+    logs queries not using indexes alerts on. Every statement of the poll, the late-row watch, the
+    feedback pass, the backlog probe, a backfill, `show` and `status` is counted here by the server
+    itself, as run-otel's own database user."""
+    from helpers import StatementLog, bridge_sections, reader_url
+
+    from run_otel.config import build_config
+    from run_otel.factory import build_feedback
+    from run_otel.ops.status import shard_statuses
+
+    insert_workload(agent_db.engine(), generate(3, 3000, anchor=utc_now_naive()))
+    agent_db.execute("UPDATE diagnosis_run SET status = 'RUNNING' WHERE MOD(id, 50) = 0")
+    agent_db.execute("DELETE FROM diagnosis_run WHERE id = 1500")
+    agent_db.execute("ANALYZE TABLE diagnosis_run, tool_invocation")
+    sections = bridge_sections(agent_db, tmp_path, receiver.endpoint, poll={"batch_size": 200})
+    sections["source"]["url"] = reader_url(agent_db)
+    config = build_config(sections)
+    with StatementLog(agent_db, tmp_path / "slow.log") as log, build_parts(config) as parts:
+        poller = build_poller(parts)
+        poller.poll()  # the drain, its tool rows, the backlog probe
+        poller.poll()  # rechecks of pending runs and gaps, and the late-row watch
+        feedback = build_feedback(parts)
+        assert feedback is not None and feedback.run().rated > 0
+        source = parts.source
+        first = source.first_id_created_at_or_after(utc_now_naive() - timedelta(minutes=30))
+        build_backfill(parts).run(first, first + 300)
+        assert run_trace(config, source, insert_run_id(agent_db)) is not None  # show
+        assert shard_statuses(parts.store, source)[0].newest_id == 3000  # status
+        assert source.next_run_id() == 3001  # the guard's AUTO_INCREMENT, after a delete at the top
+        assert source.clock_sample() is not None
+        statements = log.statements()
+    assert len(statements) > 50  # the precondition: the log holds what run-otel sent, as its own user
+    assert any("max(diagnosis_run.id)" in s.sql.lower() for s in statements)  # the backlog probe ran
+    scans = [s.sql[:160] for s in statements if s.full_scan]
+    assert scans == []
+
+
+def insert_run_id(agent_db) -> str:
+    return agent_db.execute("SELECT run_id FROM diagnosis_run WHERE id = 10")[0][0]

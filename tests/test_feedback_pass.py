@@ -110,7 +110,8 @@ def test_nothing_is_rechecked_before_the_first_checkpoint(tmp_path):
 
 
 def test_a_rating_given_after_the_export_is_sent_once_into_the_runs_trace(tmp_path):
-    engine = _agent_db(tmp_path, [("run-a", None, 1), ("run-b", "UP", 1)])
+    # Three minutes old: young enough that every pass reads them again.
+    engine = _agent_db(tmp_path, [("run-a", None, 0.05), ("run-b", "UP", 0.05)])
     recorder = Counted()
     with _file_parts(_config(tmp_path), tmp_path, recorder) as parts:
         build_poller(parts).poll()
@@ -165,3 +166,62 @@ def test_the_pass_is_off_when_feedback_is_off(tmp_path):
     _agent_db(tmp_path, [("run-a", "UP", 1)])
     with _file_parts(_config(tmp_path, enabled=False), tmp_path) as parts:
         assert build_feedback(parts) is None
+
+
+def test_a_new_rating_on_an_older_run_waits_for_its_part_of_the_window_at_most_a_quarter_of_its_age(tmp_path):
+    engine = _agent_db(tmp_path, [("run-old", None, 5), ("run-young", None, 0.05)])  # ids grow with time
+    recorder = Counted()
+    with _file_parts(_config(tmp_path), tmp_path, recorder) as parts:
+        build_poller(parts).poll()
+        feedback = build_feedback(parts, clock=lambda: NOW)
+        assert feedback is not None and feedback.run() == FeedbackResult()  # the first pass reads the whole window
+        _rate(engine, "run-young", "UP")
+        _rate(engine, "run-old", "DOWN")
+        assert feedback.run().sent == 1  # the young run's, at once
+        passes = 1
+        while not any(run_id == "run-old" for run_id, _ in recorder.sent):
+            feedback.run()
+            passes += 1
+    # Five hours old: read every 64th pass (8 minutes x 64 reaches back 8.5 hours), so within 64 minutes at the
+    # default interval, a fifth of its age; the passes between read the younger parts of the window only.
+    assert passes == 64
+    assert recorder.sent == [("run-young", "UP"), ("run-old", "DOWN")]
+
+
+def test_a_rating_a_run_had_when_it_was_exported_goes_out_with_the_next_pass_whatever_its_age(tmp_path):
+    engine = _agent_db(tmp_path, [("run-first", None, 0.05)])
+    recorder = Counted()
+    with _file_parts(_config(tmp_path), tmp_path, recorder) as parts:
+        poller = build_poller(parts)
+        poller.poll()
+        feedback = build_feedback(parts, clock=lambda: NOW)
+        assert feedback is not None
+        feedback.run()  # the first pass, over the whole window
+        with engine.begin() as conn:  # a run of twenty hours ago, rated, which a catch-up exports only now
+            created = datetime.fromtimestamp(NOW - 20 * 3600, UTC).replace(tzinfo=None, microsecond=0)
+            conn.execute(
+                insert(diagnosis_run).values(
+                    run_id="run-late",
+                    session_id="s",
+                    query="q",
+                    status="SUCCESS",
+                    feedback="UP",
+                    created_at=created,
+                    updated_at=created,
+                )
+            )
+        assert poller.poll().run_count == 1
+        assert feedback.run() == FeedbackResult(rated=1, sent=1)
+    assert recorder.sent == [("run-late", "UP")]
+
+
+def test_the_schedule_reads_the_young_runs_every_pass_and_the_whole_window_every_128th():
+    from run_otel.pipeline.feedback_window import AgingWindow
+
+    window = AgingWindow(60, 86400)
+    ages = [window.age(n) / 60 for n in range(1, 129)]
+    assert ages[:8] == [8, 16, 8, 32, 8, 16, 8, 64]
+    assert ages.count(window.kept_seconds / 60) == 1 and ages[-1] == window.kept_seconds / 60
+    assert window.kept_seconds == 86400 + 128 * 60  # the window, and one period of its oldest part more
+    assert 1 / 40 < window.share() < 1 / 35
+    assert AgingWindow(60, 300).share() == 1  # a window under eight intervals is read whole each pass

@@ -93,3 +93,26 @@ def test_redaction_is_idempotent(redactor):
     for text, _ in SECRETS:
         once = redactor.redact(text)
         assert redactor.redact(once) == once
+
+
+def test_the_copy_of_detect_secrets_patterns_is_the_installed_librarys():
+    """Redaction applies a copy of detect-secrets' provider patterns (provider_patterns.py), so that no
+    command imports the library (and requests) at start-up; the copy must be what the library holds."""
+    from run_otel.mapping.redaction import detect_secrets_patterns, provider_patterns
+
+    copied = [(p.pattern, p.flags) for p in provider_patterns()]
+    assert len(copied) >= 20
+    assert copied == [(p.pattern, p.flags) for p in detect_secrets_patterns()], "stale: run scripts/generate.py"
+
+
+def test_a_command_imports_neither_detect_secrets_nor_requests():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from run_otel.mapping.redaction import Redactor; "
+        "Redactor.for_secrets().redact('ghp_' + 'a' * 36); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('detect_secrets', 'requests')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

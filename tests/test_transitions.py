@@ -8,7 +8,7 @@ import pytest
 
 from run_otel.ops.rewind import rewound
 from run_otel.pipeline.checkpoint import Checkpoint
-from run_otel.pipeline.transitions import MAX_NEW_GAPS, Rules, advance, classify, expire_gaps, initial_checkpoint, timed_out
+from run_otel.pipeline.transitions import MAX_NEW_GAPS, Rules, advance, classify, cut, expire_gaps, initial_checkpoint, timed_out
 from run_otel.source.clock import ClockSample, SourceClock, zone_finding
 from run_otel.source.rows import RunRow
 
@@ -223,3 +223,38 @@ def test_a_rewind_back_hands_the_runs_ratings_to_the_daemon_and_one_forward_keep
     assert rewound(checkpoint, 71).start_mark == 50
     # Forward: runs 101..149 are never sent, so a rating of one would open a trace with nothing else in it.
     assert rewound(checkpoint, 150).start_mark == 149
+
+
+# -- a batch cut short by a stop ------------------------------------------------
+
+
+def test_a_batch_cut_short_keeps_the_mark_below_its_first_run_not_sent():
+    before = Checkpoint(high_water=10, pending={7: E0}, gaps={9: E0})
+    following = before.copy()
+    advance(following, [11, 12, 14, 15, 16], now=E0 + 5)  # 13 is a gap
+    following.pending.pop(7)
+    following.pending[15] = E0 + 5  # still running
+    unsent = [run(14), run(16)]
+    out = cut(before, following, unsent, now=E0 + 5)
+    assert out.high_water == 13  # 11 and 12 went out; 14 did not: the next poll reads it again
+    assert out.gaps == {9: E0, 13: E0 + 5}
+    assert out.pending == {}  # 15 lies above the mark: read again with 14 and 16
+    assert before.high_water == 10 and following.high_water == 16  # neither is changed
+
+
+def test_a_waiting_run_not_sent_before_the_stop_waits_again_as_it_waited():
+    before = Checkpoint(high_water=10, pending={7: E0}, gaps={9: E0 + 1})
+    following = before.copy()
+    advance(following, [11], now=E0 + 5)
+    following.pending.clear()
+    following.gaps.clear()
+    out = cut(before, following, [run(7), run(9)], now=E0 + 5)
+    assert out.high_water == 11  # the new run went out
+    assert out.pending == {7: E0, 9: E0 + 1}  # first seen when they were, so their timeouts hold
+
+
+def test_a_batch_sent_whole_is_not_cut():
+    before = Checkpoint(high_water=10)
+    following = before.copy()
+    advance(following, [11, 12], now=E0)
+    assert cut(before, following, [], now=E0) == following

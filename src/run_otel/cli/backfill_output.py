@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable
+import re
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -129,17 +132,15 @@ def _check_writable(path: Path) -> None:
 def backfill_and_report(
     config: Config, window: Window, ids: tuple, with_metrics: bool, workers: int, metrics_out: MetricsRequest | None
 ) -> None:
-    from rich.console import Console
-
     from ..ops.backfill_job import run_backfill
     from ..ops.metrics_push import PushError
     from ..pipeline.backfill import where_to_find
     from ..telemetry.history import HistoryWindowError
-    from .render import progress_task, trace_links
+    from .links import trace_links
 
-    console = Console(stderr=True, highlight=False, soft_wrap=True)
+    progress, say = _terminal() if sys.stderr.isatty() else (_plain_progress, _say)
     try:
-        outcome = run_backfill(config, window, ids, with_metrics, progress_task(console), workers, metrics_out)
+        outcome = run_backfill(config, window, ids, with_metrics, progress, workers, metrics_out)
     except HistoryWindowError as exc:
         fail(str(exc), EXIT_USAGE)
     except PushError as exc:  # before any run was read: the receiver would refuse the history
@@ -154,8 +155,37 @@ def backfill_and_report(
     if outcome.metrics:
         click.echo(outcome.metrics.describe())
     if outcome.warning:
-        console.print(f"[bold red]WARNING:[/] {outcome.warning}")
+        say(f"[bold red]WARNING:[/] {outcome.warning}")
     if outcome.metrics_note:
-        console.print(outcome.metrics_note)
+        say(outcome.metrics_note)
     if outcome.failure:
         fail(outcome.failure)
+
+
+def _terminal() -> tuple[Callable, Callable[[str], None]]:
+    """On a terminal: a progress bar, and lines with rich's markup."""
+    from rich.console import Console
+
+    from .render import progress_task
+
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
+    return progress_task(console), console.print
+
+
+def _say(markup: str) -> None:
+    """A line to stderr without rich (a pipe, a log file): its markup taken out."""
+    click.echo(re.sub(r"\[/?[a-z ]*\]", "", markup), err=True)
+
+
+@contextmanager
+def _plain_progress(label: str, total: int) -> Iterator[Callable[[int, str], None]]:
+    """Without a terminal, no bar to redraw: one line at the end, what it came to."""
+    state = [0, ""]
+
+    def advance(done: int, rate: str) -> None:
+        state[:] = [done, rate]
+
+    try:
+        yield advance
+    finally:
+        click.echo(f"{label} {state[0]:,}/{total:,} {state[1]}".rstrip(), err=True)

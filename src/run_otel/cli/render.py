@@ -1,14 +1,12 @@
-"""Span trees for the terminal, and links into Jaeger and Grafana/Tempo."""
+"""Span trees for the terminal, its progress bars and `check`'s lines, with rich."""
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from functools import partial
 from typing import TYPE_CHECKING
-from urllib.parse import quote
 
 from rich.console import Console
 from rich.markup import escape
@@ -26,6 +24,7 @@ if TYPE_CHECKING:
     from ..ops.show import RunTrace
 from ..source.rows import is_terminal
 from ..source.terminal_text import terminal_safe
+from .links import trace_links
 
 _ROOT_KEYS = (A.RUN_INTENT, A.RUN_STATUS, A.RUN_RELEASE_OUTCOME, A.RUN_TOTAL_TOKEN_COUNT, A.RUN_TOOL_SPANS_DROPPED)
 _TOOL_KEYS = (A.RAG_RETRIEVAL_LAYER, A.RAG_L0_MATCH_COUNT, A.RAG_L1_MATCH_COUNT, A.RAG_RELEVANCE_LEVEL, A.RAG_DEDUP_REASON)
@@ -103,22 +102,6 @@ def span_tree(mapped: MappedRun) -> list[Text]:
         branch = "└── " if index == len(spans) - 1 else "├── "
         lines.append(Text.assemble(branch, _label(span, _TOOL_KEYS)))
     return lines
-
-
-def trace_links(config: Config, trace_id_hex: str) -> list[str]:
-    """Ready links for the trace in the configured UIs."""
-    links = []
-    if config.ui.jaeger_url:
-        links.append(f"{config.ui.jaeger_url.rstrip('/')}/trace/{trace_id_hex}")
-    if config.ui.tempo_url:
-        pane = {"t": {"datasource": "tempo", "queries": [{"refId": "A", "queryType": "traceql", "query": trace_id_hex}]}}
-        links.append(
-            f"{config.ui.tempo_url.rstrip('/')}/explore?schemaVersion=1&panes={quote(json.dumps(pane, separators=(',', ':')))}"
-        )
-    if config.ui.phoenix_url:
-        # Phoenix's own redirect finds the trace's project: its URLs otherwise need the project's id.
-        links.append(f"{config.ui.phoenix_url.rstrip('/')}/redirects/traces/{trace_id_hex}")
-    return links
 
 
 # -- terminal output of the commands ------------------------------------------------

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from threading import Event
 
 from .cut import cut_span, named
 from .encoding import RequestFrame
@@ -33,6 +34,15 @@ _FRAME = 6
 class Sent:
     rejected: int = 0  # spans the receiver rejected (partial_success)
     dropped: int = 0  # spans run-otel gave up on
+    runs: int = 0  # the runs, from the first, each of whose spans is in an acknowledged request
+
+
+class Interrupted(Exception):
+    """A stop was requested between two requests: ``sent.runs`` runs went out whole, the rest not at all or in part."""
+
+    def __init__(self, sent: Sent):
+        super().__init__(f"stopped after {sent.runs} run(s) were acknowledged")
+        self.sent = sent
 
 
 # A span in a request: its run's id and its bytes. A plain tuple: one is made for every span sent.
@@ -63,12 +73,14 @@ class RequestSender:
                 max_request_bytes,
             )
 
-    def send(self, runs: Iterable[RunSpans]) -> Sent:
-        """Sends every run's spans; raises ExportError unless each request was acknowledged."""
+    def send(self, runs: Iterable[RunSpans], stop: Event | None = None) -> Sent:
+        """Sends every run's spans; raises ExportError unless each request was acknowledged. Once
+        ``stop`` is set, no request is sent: Interrupted says how many runs went out whole."""
         sent = Sent()
         batch: list[_Item] = []
         size = 0
         budget = self._room - _FRAME
+        whole = 0  # the runs before this one
         for run in runs:
             cut = 0
             for encoded in run.encoded:
@@ -80,7 +92,7 @@ class RequestSender:
                     cut += 1
                     encoded = fitted
                 if batch and size + len(encoded) + _FRAME > self._room:
-                    self._send(batch, sent)
+                    self._flush(batch, sent, stop, whole)
                     batch, size = [], 0
                 batch.append((run.run_id, encoded))
                 size += len(encoded) + _FRAME
@@ -92,9 +104,18 @@ class RequestSender:
                     len(run.encoded),
                     "run_otel.attributes.cut",
                 )
+            whole += 1
         if batch:
-            self._send(batch, sent)
+            self._flush(batch, sent, stop, whole)
+        sent.runs = whole
         return sent
+
+    def _flush(self, items: list[_Item], sent: Sent, stop: Event | None, whole: int) -> None:
+        """Sends one request; once acknowledged, the ``whole`` runs before the current one are sent."""
+        if stop is not None and stop.is_set():
+            raise Interrupted(sent)
+        self._send(items, sent)
+        sent.runs = whole
 
     def _send(self, items: list[_Item], sent: Sent, split: bool = False) -> None:
         request = self._frame.request([item[1] for item in items])

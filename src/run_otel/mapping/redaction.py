@@ -98,8 +98,9 @@ _SHAPES: tuple[tuple[str, str], ...] = (
 )
 
 
-def provider_patterns() -> tuple[Pattern[str], ...]:
-    """detect-secrets' provider token patterns (imported here, not at start-up)."""
+def detect_secrets_patterns() -> tuple[Pattern[str], ...]:
+    """detect-secrets' provider token patterns, from the library itself: for scripts/generate.py,
+    which copies them into provider_patterns.py, and the test that holds that copy to the library."""
     import importlib
 
     patterns: list[Pattern[str]] = []
@@ -107,6 +108,36 @@ def provider_patterns() -> tuple[Pattern[str], ...]:
         detector = getattr(importlib.import_module(f"detect_secrets.plugins.{module}"), name)
         patterns.extend(detector.denylist)
     return tuple(patterns)
+
+
+def provider_patterns() -> tuple[Pattern[str], ...]:
+    """detect-secrets' provider token patterns, from the copy in provider_patterns.py: importing the
+    library costs every command a tenth of a second at start-up (it loads requests), for these alone."""
+    from .provider_patterns import PATTERNS
+
+    return tuple(re.compile(pattern, flags) for pattern, flags in PATTERNS)
+
+
+def provider_patterns_module() -> str:
+    """provider_patterns.py as scripts/generate.py writes it, from the installed detect-secrets."""
+    import json
+    from importlib.metadata import version
+
+    # JSON's string is Python's too, quoted as the formatter quotes it.
+    lines = [f"    ({json.dumps(pattern.pattern)}, {int(pattern.flags)})," for pattern in detect_secrets_patterns()]
+    return "\n".join(
+        [
+            '"""detect-secrets\' provider token patterns (mapping/redaction.py), copied from detect-secrets '
+            f"{version('detect-secrets')} by",
+            'scripts/generate.py; tests/test_redaction.py holds the copy to the installed library."""',
+            "",
+            "# (pattern, re flags), in the order of redaction._PROVIDER_DETECTORS",
+            "PATTERNS: tuple[tuple[str, int], ...] = (",
+            *lines,
+            ")",
+            "",
+        ]
+    )
 
 
 def secret_patterns(secrets: Iterable[str]) -> tuple[Pattern[str], ...]:

@@ -6,11 +6,10 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from sqlalchemy import inspect, text
+from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -22,28 +21,14 @@ from ..mapping.feedback_vocab import unmapped_in_window
 from ..pipeline.state_store import StateStoreError
 from ..sharding import shard_from_name
 from ..source.clock import zone_finding
-from ..source.columns import columns_read
 from ..source.errors import connect_failure
 from ..source.password_file import readable_by_others
 from ..source.reader import Source, SourceError
-from ..source.schema import REQUIRED_INDEXES, documented_types
+from .check_schema import FAIL, OK, WARN, Finding, check_column_types, check_columns, check_feedback_index, check_indexes
 
-OK, WARN, FAIL = "ok", "warn", "fail"
+__all__ = ["FAIL", "OK", "WARN", "Finding", "run_checks"]
 
-_INDEX_COST = {
-    ("diagnosis_run", "PRIMARY"): "every poll scans diagnosis_run",
-    ("diagnosis_run", "run_id"): "`run-otel show` scans diagnosis_run",
-    ("tool_invocation", "PRIMARY"): "tool rows have no stable order",
-    ("tool_invocation", "idx_tool_invocation_run_id"): "every poll scans the whole tool_invocation table once per chunk of runs",
-}
 _WRITE_PRIVILEGES = ("ALL PRIVILEGES", "INSERT", "UPDATE", "DELETE", "CREATE", "DROP", "ALTER", "INDEX", "SUPER", "FILE")
-
-
-@dataclass(frozen=True)
-class Finding:
-    level: str
-    what: str
-    detail: str = ""
 
 
 def run_checks(config: Config, clock: Callable[[], float] = time.time) -> Iterator[Finding]:
@@ -74,10 +59,11 @@ def run_checks(config: Config, clock: Callable[[], float] = time.time) -> Iterat
         return
     yield Finding(OK, "database", f"{source.describe()} reachable")
     try:
-        yield from _check_columns(config, source)
-        yield from _check_column_types(config, source)
+        yield from check_columns(config, source)
+        yield from check_column_types(config, source)
         yield from _check_evidence(source)
-        yield from _check_indexes(source)
+        yield from check_indexes(source)
+        yield from check_feedback_index(config, source, clock)
         yield from _check_privileges(source)
         yield from _check_timezone(config, source)
         yield from _check_clock(config, source, clock)
@@ -110,52 +96,6 @@ def _missing_sqlite_file(url: str) -> str:
     return "" if Path(parsed.database or "").is_file() else str(parsed.database)
 
 
-def _check_columns(config: Config, source: Source) -> Iterator[Finding]:
-    inspector = inspect(source.engine)
-    run_columns, tool_columns = columns_read(config.content)
-    wanted = {"diagnosis_run": run_columns, "tool_invocation": tool_columns}
-    for table, columns in wanted.items():
-        if not inspector.has_table(table):
-            yield Finding(FAIL, f"table {table}", "missing")
-            continue
-        present = {c["name"].lower() for c in inspector.get_columns(table)}
-        missing = [c for c in columns if c not in present]
-        if missing:
-            yield Finding(FAIL, f"table {table}", f"missing column(s): {', '.join(missing)}")
-        else:
-            yield Finding(OK, f"table {table}", f"{len(columns)} columns run-otel reads are present")
-
-
-def _check_column_types(config: Config, source: Source) -> Iterator[Finding]:
-    """A column whose type drifted from the documented schema: run-otel still reads its
-    values by meaning, but says so, since the agent may now write values that mean nothing."""
-    if source.engine.dialect.name != "mysql":
-        return
-    run_columns, tool_columns = columns_read(config.content)
-    read = {("diagnosis_run", c) for c in run_columns} | {("tool_invocation", c) for c in tool_columns}
-    statement = text(
-        "SELECT TABLE_NAME, COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS "
-        "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN ('diagnosis_run', 'tool_invocation')"
-    )
-    with source.engine.connect() as conn:
-        found = {(str(t), str(c).lower()): str(d).lower() for t, c, d in conn.execute(statement)}
-    documented = documented_types()
-    drifted = [
-        (key, documented[key][0], kind)
-        for key, kind in sorted(found.items())
-        if key in read and key in documented and kind not in documented[key]
-    ]
-    for (table, column), expected, kind in drifted:
-        yield Finding(
-            WARN,
-            f"column {table}.{column}",
-            f"is {kind.upper()}, the documented schema has {expected.upper()}: "
-            "values are read by meaning, and one that means nothing is a row warning",
-        )
-    if found and not drifted:
-        yield Finding(OK, "column types", "as in the documented schema")
-
-
 def _check_evidence(source: Source) -> Iterator[Finding]:
     if not source.summarizes_evidence():
         return
@@ -165,29 +105,6 @@ def _check_evidence(source: Source) -> Iterator[Finding]:
         yield Finding(FAIL, "source.evidence_in_database", str(exc))
         return
     yield Finding(OK, "source.evidence_in_database", "the database summarizes retrieval_details; evidence text stays there")
-
-
-def _index_columns(source: Source, table: str) -> dict[str, tuple[str, ...]]:
-    inspector = inspect(source.engine)
-    if not inspector.has_table(table):
-        return {}
-    found: dict[str, tuple[str, ...]] = {"PRIMARY": tuple(inspector.get_pk_constraint(table).get("constrained_columns") or ())}
-    for index in inspector.get_indexes(table):
-        found[str(index["name"])] = tuple(str(c) for c in index["column_names"])
-    for unique in inspector.get_unique_constraints(table):
-        found[str(unique["name"])] = tuple(str(c) for c in unique["column_names"])
-    return found
-
-
-def _check_indexes(source: Source) -> Iterator[Finding]:
-    for table, required in REQUIRED_INDEXES.items():
-        present = _index_columns(source, table)
-        for name, columns in required.items():
-            # Any index leading with the same columns serves the query, whatever its name.
-            if any(cols[: len(columns)] == columns for cols in present.values()):
-                yield Finding(OK, f"index {table}.{name}", f"({', '.join(columns)})")
-            else:
-                yield Finding(WARN, f"index {table}.{name}", f"missing: without it {_INDEX_COST[(table, name)]}")
 
 
 def _check_privileges(source: Source) -> Iterator[Finding]:

@@ -2,9 +2,10 @@
 
 Polls never overlap. A failed poll is retried with jittered exponential
 backoff, at the time the log line announces. ``/healthz`` fails when a poll
-has made no progress for ``poll.stuck_after_seconds``. On SIGTERM the batch in
-flight gets ``poll.shutdown_timeout_seconds`` to finish and checkpoint; past
-that the process exits 1 without saving it, so it is re-sent after a restart.
+has made no progress for ``poll.stuck_after_seconds``. On SIGTERM no further
+request is sent: the one in flight gets ``poll.shutdown_timeout_seconds`` to be
+acknowledged, and the runs of the batch acknowledged whole are checkpointed;
+past that the process exits 1 without saving, so the batch is re-sent after a restart.
 
 After an export failure the receiver is probed with an empty request every
 ``poll.interval_seconds``: once a probe that failed succeeds, the receiver is
@@ -127,17 +128,17 @@ class Daemon:
 
     # -- one tick -------------------------------------------------------------------
 
-    def _tick(self) -> None:
+    def _tick(self, late: bool = True) -> None:
         if not self._busy.acquire(blocking=False):
             return
         self._tick_started = time.monotonic()
         try:
-            self._poll_once()
+            self._poll_once(late)
         finally:
             self._tick_started = None
             self._busy.release()
 
-    def _poll_once(self) -> None:
+    def _poll_once(self, late: bool = True) -> None:
         if time.monotonic() < self._retry_at or self._stop.is_set() or not self._holding():
             return
         try:
@@ -146,7 +147,7 @@ class Daemon:
             self._failed(exc)
             return
         try:
-            result = self.poller.poll()  # records its own failure
+            result = self.poller.poll(late)  # records its own failure
         except Exception as exc:
             self._failed(exc)
             return
@@ -209,7 +210,7 @@ class Daemon:
     def _feedback_pass(self) -> None:
         """Every feedback.interval_seconds, after a good poll, in the same tick: never beside a poll.
         A failure is the tick's: nothing was recorded as sent, so the next pass sends it again."""
-        if self.feedback is None or time.monotonic() < self._feedback_due:
+        if self.feedback is None or time.monotonic() < self._feedback_due or self._stop.is_set():
             return
         self.feedback.run()
         self._feedback_due = time.monotonic() + self._config.feedback.interval_seconds
@@ -218,7 +219,9 @@ class Daemon:
         if self._scheduler is None:
             return
         run_date = datetime.fromtimestamp(max(at, time.time()) + 0.05, UTC)
-        self._scheduler.add_job(self._tick, "date", run_date=run_date, id=job_id, replace_existing=True)
+        # A run settling sends that run: the late-row watch waits for the interval's poll.
+        late = job_id != "settle"
+        self._scheduler.add_job(self._tick, "date", run_date=run_date, id=job_id, replace_existing=True, kwargs={"late": late})
 
     # -- the loop -------------------------------------------------------------------
 
@@ -263,7 +266,7 @@ class Daemon:
 
     def _shutdown(self, scheduler: BackgroundScheduler) -> None:
         bound = self._config.poll.shutdown_timeout_seconds
-        log.info("stopping: finishing the batch in flight (at most %.0fs)", bound)
+        log.info("stopping: no further request; the one in flight, if any, has %.0fs to be acknowledged", bound)
         scheduler.shutdown(wait=False)
         if not self._busy.acquire(timeout=bound):
             log.error(

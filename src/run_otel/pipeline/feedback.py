@@ -1,12 +1,13 @@
 """User ratings of the runs this bridge sent, into each run's trace.
 
 ``diagnosis_run.feedback`` is written when the user rates an answer, before or
-after run-otel exported the run. A pass re-reads the finished, rated runs
-created within ``feedback.window_seconds``: one primary-key range, found by
-primary-key probes (the agent's schema has no index on ``updated_at``, and is
-not ours to change). The range starts above the first start's mark and ends at
-the checkpoint; beside it come the runs the first start took over in flight
-below its mark, which it sent too. Runs still pending or missing are left out:
+after run-otel exported the run. A pass reads the finished, rated runs created
+within ``feedback.window_seconds`` that may carry a rating not sent yet
+(``feedback_window.py``): those updated since the pass before, by the agent's
+index on ``updated_at`` where it has one, else a primary-key range that reaches
+further back the older its runs, found by primary-key probes. The range starts
+above the first start's mark and ends at the checkpoint; beside it come the runs
+the first start took over in flight below its mark, which it sent too. Runs still pending or missing are left out:
 a rating alone, without its run's trace, would be an orphan trace. A value not sent before, or
 changed since, becomes a child span of the run's root, inside the run's window
 (``evaluation.py``), and, where configured, a ``gen_ai.evaluation.result`` log
@@ -36,6 +37,7 @@ from ..sharding import in_shard
 from ..source.reader import Source
 from ..source.rows import FeedbackRow
 from .checkpoint import Checkpoint
+from .feedback_window import RATING_COMMIT_SECONDS, AgingWindow
 from .ratings_ledger import SentRating
 from .recorder import Recorder
 from .state_store import StateStore
@@ -47,8 +49,18 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
+class _Read:
+    """Where a pass by the updated_at index stood: the next reads the runs updated since ``since``, and
+    by primary key those exported after it: above ``high_water``, or among ``unsent`` (pending, gaps)."""
+
+    since: float
+    high_water: int
+    unsent: frozenset[int]
+
+
+@dataclass(frozen=True)
 class FeedbackResult:
-    rated: int = 0  # rated runs in the window
+    rated: int = 0  # rated runs the pass read
     sent: int = 0  # new or changed values sent
 
 
@@ -117,6 +129,12 @@ class FeedbackPass:
         self._recorder = recorder or Recorder()
         self._clock = clock
         self._unmapped = UnmappedFeedback(config)
+        self._aging = AgingWindow(config.interval_seconds, config.window_seconds)
+        self._index: str | None = None  # the agent's index on updated_at, looked for at the first pass
+        self._looked = False
+        # With the index: what the last pass went through read (the database's time), and this pass's.
+        self._last: _Read | None = None
+        self._next: _Read | None = None
 
     def run(self) -> FeedbackResult:
         """One pass over the exported runs (up to the saved checkpoint) created within the window."""
@@ -134,29 +152,57 @@ class FeedbackPass:
         if checkpoint is None or (checkpoint.high_water <= checkpoint.start_mark and not checkpoint.taken_over):
             return FeedbackResult()
         now = self._clock()
-        since = self._source.clock.naive(datetime.fromtimestamp(now - self._config.window_seconds, UTC))
-        window_first = self._source.first_id_created_at_or_after(since)
         # A pending or missing run is not sent yet: its rating goes out on the pass after its export.
         unsent = checkpoint.pending.keys() | checkpoint.gaps.keys()
-        rated = [
-            row
-            for row in [
-                *self._taken_over(checkpoint, window_first),
-                *self._source.rated_runs(max(window_first, checkpoint.start_mark + 1), checkpoint.high_water),
-            ]
-            if row.id not in unsent and in_shard(row.run_id, self._store.shard)
-        ]
+        rated = [row for row in self._read(checkpoint, now) if row.id not in unsent and in_shard(row.run_id, self._store.shard)]
         self._unmapped.note(row.feedback for row in rated)
         sent_before = self._store.sent_feedback([row.run_id for row in rated])
         changed = [row for row in rated if (before := sent_before.get(row.run_id)) is None or before.feedback != row.feedback]
         if changed:
             self._ratings.send(changed, sent_before)
         sent = {row.run_id: SentRating(row.feedback, self._ratings.evaluations.rated_at_ns(row)) for row in changed}
-        self._store.save_feedback(sent, now, now - self._config.window_seconds)
+        # A run stays in the ledger as long as a pass may read it.
+        self._store.save_feedback(sent, now, now - self._aging.kept_seconds)
+        if self._last is not None:
+            self._aging.passes += 1  # only a pass that went through moves the schedule on
+        self._last = self._next
         self._recorder.feedback_sent(changed)
         if changed:
             log.debug("feedback: %d rated runs in the window, %d new or changed sent", len(rated), len(changed))
         return FeedbackResult(len(rated), len(changed))
+
+    def _read(self, checkpoint: Checkpoint, now: float) -> list[FeedbackRow]:
+        """The rated runs this pass looks at (``feedback_window.py``). The first pass after a start reads
+        the whole window; each later one the runs exported since the pass before, by primary key (a rating
+        they had when read), and the runs that may have been rated since: by the index on updated_at where
+        the agent has one, else the part of the window due this pass."""
+        if not self._looked:
+            self._index, self._looked = self._source.updated_at_index(), True
+        # updated_at is on the database's clock; without the index the window's edge is all it bounds
+        db_now = now + (self._source.clock_offset(self._clock) or 0.0) if self._index is not None else now
+        unsent = checkpoint.pending.keys() | checkpoint.gaps.keys()
+        last, high = self._last, checkpoint.high_water
+        self._next = _Read(db_now - RATING_COMMIT_SECONDS, high, frozenset(unsent))
+        if last is None:
+            first = self._first_id(db_now - self._config.window_seconds)
+            return [*self._taken_over(checkpoint, first), *self._source.rated_runs(max(first, checkpoint.start_mark + 1), high)]
+        rows = self._source.rated_runs(last.high_water + 1, high) if high > last.high_water else []
+        rows += self._source.rated_runs_by_ids(last.unsent - unsent)
+        if self._index is not None:
+            created_from = self._naive(db_now - self._config.window_seconds)
+            rows += self._source.rated_runs_updated_since(self._naive(last.since), created_from, high, self._index)
+        else:  # below what the first read covers, as far back as this pass reaches
+            first = self._first_id(now - self._aging.age(self._aging.passes + 1))
+            rows += self._taken_over(checkpoint, first)
+            rows += self._source.rated_runs(max(first, checkpoint.start_mark + 1), min(last.high_water, high))
+        by_id = {row.id: row for row in rows if row.id > checkpoint.start_mark or row.id in checkpoint.taken_over}
+        return [by_id[i] for i in sorted(by_id)]
+
+    def _naive(self, epoch: float) -> datetime:
+        return self._source.clock.naive(datetime.fromtimestamp(epoch, UTC))
+
+    def _first_id(self, created_from: float) -> int:
+        return self._source.first_id_created_at_or_after(self._naive(created_from))
 
     def _taken_over(self, checkpoint: Checkpoint, window_first: int) -> list[FeedbackRow]:
         """The rated runs below the start mark that the first start took over in flight, and sent: only

@@ -1,9 +1,10 @@
 """Keeping a run's trace complete after its first export.
 
 Each exported run is watched for ``poll.late_window_seconds`` after it settled
-(``watch.py``). Every poll then reads the count and highest id of the watched
-runs' tool rows from ``idx_tool_invocation_run_id`` alone (one row a run), and
-re-reads the runs sent as incomplete by primary key:
+(``watch.py``). The poll reads each new tool row once, by primary-key range
+(``tool_feed.py``); this pass takes from what it read the rows of the watched
+runs that their traces lack, whatever the number watched, and re-reads the runs
+sent as incomplete by primary key:
 
 - a tool row that was not in the trace is sent as a span of the same trace,
   with the id it would have had at the first export, so nothing else changes;
@@ -32,6 +33,7 @@ from .recorder import Recorder
 from .results import ExportedRun
 from .run_export import RunExporter
 from .state_store import StateStore
+from .tool_feed import ToolFeed
 from .watch import Watched
 
 log = logging.getLogger(__name__)
@@ -57,9 +59,10 @@ class LatePass:
         self._recorder = recorder
         self._clock = clock
         self._source_clock = source.clock
-        # The watches, by run_id: read from the store at the first pass, then kept here as it is written.
+        # The watches, by run_id: read from the store at the first use, then kept here as it is written.
         self._held: dict[str, Watched] | None = None
-        self._completed: dict[int, RunRow] = {}  # this pass's finished runs sent as incomplete
+        # The new tool rows, read once each; the poll's export takes its runs' rows from it too.
+        self.feed = ToolFeed(source, store, poll.gap_timeout_seconds, self.watches)
 
     def watch(self, exported: Sequence[ExportedRun], now: float) -> list[Watched]:
         """The watches a batch just sent starts. A run that settled longer ago than the window
@@ -80,22 +83,48 @@ class LatePass:
         if self._held is not None:
             self._held.update((w.run_id, w) for w in saved)
 
+    def watches(self) -> dict[str, Watched]:
+        """The runs watched, by run_id: read from the store once, then kept here as it is written."""
+        if self._held is None:
+            self._held = {w.run_id: w for w in self._store.watched(self._clock())}
+        return self._held
+
     def run(self) -> list[ExportedRun]:
         """Sends what the watched runs added since their export; returns it."""
         now = self._clock()
-        if self._held is None:  # the store is read once; after that it is only written
-            self._held = {w.run_id: w for w in self._store.watched(now)}
-        over = [run_id for run_id, w in self._held.items() if w.until < now]
+        held = self.watches()
+        over = [run_id for run_id, w in held.items() if w.until < now]
         for run_id in over:
-            del self._held[run_id]
-        watched = list(self._held.values())
-        changed = self._changed(watched, now) if watched else []
+            del held[run_id]
+        found = self.feed.late(held)
+        completed = self._finished([w for w in held.values() if w.incomplete], now)
+        changed = [w for w in held.values() if w.run_id in found or w.run_pk in completed]
         if not changed:
             if over:
-                self._store.save_watch([], [], now)  # ends the watches that are over
+                self._store.save_watch([], [], now, self.feed.mark())  # ends the watches that are over
             return []
-        runs = {run.id: run for run in self._source.runs_by_ids(w.run_pk for w in changed)}
-        tools = self._source.tools_for(w.run_id for w in changed)
+        late, gone = self._late_sends(changed, found, completed)
+        sent = self._exporter.send_late(late) if late else []
+        # By run: a run the mapper cannot map at all is left out of what was sent.
+        watches = {w.run_id: w for w in changed}
+        updated = [self._after(watches[item.run.run_id], item, now) for item in sent]
+        self.feed.release((item.run.run_id, item.late.tool_ids if item.late else ()) for item in sent)
+        self.feed.release((run_id, [row.id for row in found.get(run_id, [])]) for run_id in gone)
+        self._store.save_watch(updated, gone, now, self.feed.mark())
+        for run_id in gone:
+            held.pop(run_id, None)
+        self.remember(updated)
+        self._report(sent)
+        return sent
+
+    def _late_sends(
+        self, changed: list[Watched], found: dict[str, list[ToolRow]], completed: dict[int, RunRow]
+    ) -> tuple[list[tuple[RunRow, list[ToolRow], Late]], list[str]]:
+        """What each changed run sends: its rows the trace lacks, and for a finished run sent as incomplete
+        its outcome, whose span covers every tool row; and the runs deleted since (run_ids)."""
+        runs = {run.id: run for run in self._source.runs_by_ids(w.run_pk for w in changed if w.run_pk not in completed)}
+        runs.update(completed)
+        whole = self._source.tools_for(w.run_id for w in changed if w.run_pk in completed)
         late: list[tuple[RunRow, list[ToolRow], Late]] = []
         gone: list[str] = []
         for w in changed:
@@ -103,25 +132,10 @@ class LatePass:
             if run is None or run.run_id != w.run_id:
                 gone.append(w.run_id)  # deleted since: nothing more to send
                 continue
-            run_tools = tools.get(w.run_id, [])
-            late_ids = frozenset(t.id for t in run_tools) - w.tool_ids
-            late.append((run, run_tools, Late(late_ids, w.run_pk in self._completed)))
-        sent = self._exporter.send_late(late) if late else []
-        # By run: a run the mapper cannot map at all is left out of what was sent.
-        watches = {w.run_id: w for w in changed}
-        updated = [self._after(watches[item.run.run_id], item, now) for item in sent]
-        self._store.save_watch(updated, gone, now)
-        for run_id in gone:
-            self._held.pop(run_id, None)
-        self.remember(updated)
-        self._report(sent)
-        return sent
-
-    def _changed(self, watched: list[Watched], now: float) -> list[Watched]:
-        """The watched runs with tool rows their trace lacks, or sent as incomplete and finished since."""
-        current = self._source.tool_counts_for(w.run_id for w in watched)
-        self._completed = self._finished([w for w in watched if w.incomplete], now)
-        return [w for w in watched if _grew(w, current.get(w.run_id)) or w.run_pk in self._completed]
+            rows = {row.id: row for row in [*whole.get(w.run_id, []), *found.get(w.run_id, [])]}
+            tools = [rows[i] for i in sorted(rows)]
+            late.append((run, tools, Late(frozenset(rows) - w.tool_ids, w.run_pk in completed)))
+        return late, gone
 
     def _finished(self, incomplete: list[Watched], now: float) -> dict[int, RunRow]:
         """Of the runs sent as incomplete, those now terminal and settled, by primary key."""
@@ -159,11 +173,3 @@ class LatePass:
                 log.info("run %s: %d tool row(s) committed after its export were sent into its trace", item.run.run_id, late)
         if sent:
             self._recorder.late_sent(sent)
-
-
-def _grew(watched: Watched, now: tuple[int, int] | None) -> bool:
-    """Whether the run has tool rows its trace lacks: more of them, or a higher id than sent."""
-    if now is None:
-        return False
-    count, highest = now
-    return count > len(watched.tool_ids) or highest > max(watched.tool_ids, default=0)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 
 from ..config import PollConfig
@@ -23,20 +24,13 @@ from .checkpoint import Checkpoint
 from .gc_policy import BatchCollection
 from .guard import SourceGuard
 from .late_rows import LatePass
+from .poll_batch import Batch, BatchReader
+from .readahead import ReadAhead
 from .recorder import Recorder
 from .results import PollResult
 from .run_export import RunExporter
 from .state_store import StateStore
-from .transitions import (
-    Classified,
-    Rules,
-    advance,
-    classify,
-    expire_gaps,
-    in_flight_since,
-    initial_checkpoint,
-    take_over,
-)
+from .transitions import Classified, Rules, cut, in_flight_since, initial_checkpoint, take_over
 
 log = logging.getLogger(__name__)
 
@@ -65,35 +59,29 @@ class Poller:
         self._zone_checked = False
         self._high_water: int | None = None
         self._checkpoint_pending = 0  # the last loaded checkpoint's, for the gauge when a poll fails
-        self._missed_once: set[int] = set()  # pending runs the last poll did not find
         self._offset = 0.0  # the database's clock minus this host's, measured each poll
         self._waiting_since: float | None = None  # the first seen time of the longest-waiting pending run
         # The checkpoint is one shard's: the store says which.
         self._shard = shard = store.shard
         where = f"{store.name} in {store.describe()}"
-        self._guard = SourceGuard(source, where, shard, recorder.checkpoint_ahead, store.saved_at)
+        guard = SourceGuard(source, where, shard, recorder.checkpoint_ahead, store.saved_at)
+        self._reader = BatchReader(source, guard, recorder, poll.batch_size, self._in_shard)
         self.stop_requested = threading.Event()
         # Asked between batches of a long drain; the HA lease answers False once lost.
         self._keep_going = keep_going
         # time.monotonic() of the last batch started or finished, for liveness.
         self.progress_at = time.monotonic()
 
-    def poll(self) -> PollResult:
-        """Batches until the backlog is drained (or a stop is requested)."""
+    def poll(self, late: bool = True) -> PollResult:
+        """Batches until the backlog is drained (or a stop is requested), then, with ``late``, the
+        late-row watch and the backlog gauges: a wake-up for a settling run (``late`` False) sends
+        that run, and leaves them to the interval's poll, but between the batches of a drain."""
         started = self._clock()
         total = PollResult()
         try:
             self._measure_offset()
-            with BatchCollection() as collection:
-                while True:
-                    self.progress_at = time.monotonic()
-                    result = self._poll_batch()
-                    self.progress_at = time.monotonic()
-                    total.add(result)
-                    if not result.full_batch or self.stop_requested.is_set() or not self._keep_going():
-                        break
-                    collection.after_batch()
-            if self._late is not None:
+            self._drain(total, late)
+            if late and self._late is not None and not self.stop_requested.is_set():
                 self._late.run()
         except Exception:
             self._recorder.poll_finished(
@@ -104,7 +92,8 @@ class Poller:
         self._recorder.poll_finished(
             self._clock() - started, ok=True, pending=total.pending, oldest_pending=self._oldest_pending()
         )
-        self._record_backlog()
+        if late and not total.batches:
+            self._record_backlog()
         return total
 
     def _oldest_pending(self) -> float:
@@ -112,77 +101,99 @@ class Poller:
         stuck run shows here long before the pending count stands out."""
         return 0.0 if self._waiting_since is None else max(self._clock() - self._waiting_since, 0.0)
 
-    # -- one batch ----------------------------------------------------------
+    # -- the batches ----------------------------------------------------------
 
-    def _poll_batch(self) -> PollResult:
-        checkpoint = self._load_checkpoint()
-        self._high_water, self._checkpoint_pending = checkpoint.high_water, len(checkpoint.pending)
-        self._waiting_since = min(checkpoint.pending.values(), default=None)
+    def _drain(self, total: PollResult, gauges: bool) -> None:
+        """As a backfill does: the next batch is read in a read-ahead thread while this one is mapped,
+        and mapped while the one before is sent, in a sending thread; each is checkpointed, counted
+        and measured once acknowledged, in order."""
         self._check_zone_once()
-        now = self._clock() + self._offset  # the database's time: settle and timeouts compare its timestamps
-        new_runs = self._source.runs_after(checkpoint.high_water, self._poll.batch_size)
-        self._guard.check(checkpoint.high_water, new_runs, self._poll.batch_size)
-        rechecked = self._source.runs_by_ids(checkpoint.pending.keys() | checkpoint.gaps.keys())
-        following = checkpoint.copy()
-        self._drop_deleted(following, rechecked)
-        dropped = advance(following, [run.id for run in new_runs], now)
-        if dropped:
-            log.warning("%d ids missing below run id %d; tracking only the last of them", dropped, new_runs[-1].id)
-        decided = classify(following, [*rechecked, *new_runs], now, self._rules, self._source.clock, self._in_shard)
-        expired = expire_gaps(following, now, self._rules.gap_timeout_seconds)
-        if expired:
-            log.info(
-                "gave up on %d missing run ids after %.0fs (rolled back or deleted)",
-                len(expired),
-                self._rules.gap_timeout_seconds,
-            )
+        checkpoint = self._load_checkpoint()
+        self._high_water = checkpoint.high_water  # the backlog gauges, even when the first batch fails
+        self._checkpoint_pending = len(checkpoint.pending)
+        self._waiting_since = min(checkpoint.pending.values(), default=None)
+        sending: tuple[Future[PollResult], Batch] | None = None
+        with (
+            BatchCollection() as collection,
+            ReadAhead(self._batches(checkpoint), name="run-otel-poll-read") as batches,
+            ThreadPoolExecutor(1, thread_name_prefix="run-otel-send") as sender,
+        ):
+            try:
+                for batch in batches:
+                    self.progress_at = time.monotonic()
+                    prepared = self._exporter.prepare(batch.decided.to_export, batch.decided.incomplete, batch.tools)
+                    if sending is not None:
+                        total.add(self._finish(*sending, gauges=True))  # a drain: its lag falls as it goes
+                        sending = None
+                        collection.after_batch()
+                    if self.stop_requested.is_set() or not self._keep_going():
+                        break
+                    sending = (sender.submit(self._exporter.deliver, prepared, self.stop_requested), batch)
+                if sending is not None:
+                    total.add(self._finish(*sending, gauges=gauges))
+            finally:
+                self.progress_at = time.monotonic()
+
+    def _batches(self, checkpoint: Checkpoint) -> Iterator[Batch]:
+        """Each batch's runs and tool rows, from where the one before would leave the checkpoint: pure
+        reads, run in the read-ahead thread."""
+        feed = self._late.feed if self._late is not None else None
+        while not self.stop_requested.is_set():
+            now = self._clock() + self._offset  # the database's time: settle and timeouts compare its timestamps
+            batch = self._reader.read(checkpoint, now, self._rules)
+            runs = batch.decided.to_export
+            if feed is not None:
+                feed.read(now)  # after the runs: a settled run's tool rows have landed
+                batch.tools = feed.tools_for(runs)
+            else:
+                batch.tools = self._source.tools_for(run.run_id for run in runs) if runs else {}
+            yield batch
+            if not batch.full:
+                return
+            checkpoint = batch.following
+
+    def _finish(self, sent: Future[PollResult], batch: Batch, gauges: bool) -> PollResult:
+        """Waits for the batch's acknowledgement (an ExportError fails the poll), then saves where it
+        ends: all of it, or, after a stop in its middle, up to its first run not acknowledged."""
         try:
-            result = self._exporter.export(decided.to_export, decided.incomplete)
+            result = sent.result()
         except Exception:
             self._recorder.export_failed()
             raise
-        for run in new_runs:  # once the batch is sent: a failed poll reads the same runs again
-            self._exporter.note_status(run.status)
+        following = batch.following
+        if result.interrupted:
+            following = cut(batch.before, following, result.unsent, self._clock() + self._offset)
+            log.info("stopped in the middle of a batch: %d run(s) acknowledged are checkpointed", len(result.runs))
+        for run in batch.new_runs:  # once the batch is sent: a failed poll reads the same runs again
+            if run.id <= following.high_water:
+                self._exporter.note_status(run.status)
         acked_at = self._clock()
-        watched = self._late.watch(result.runs, acked_at) if self._late is not None else None
-        self._store.save(following, acked_at, watched)
-        if self._late is not None and watched:
-            self._late.remember(watched)
+        late, feed = self._late, self._late.feed if self._late is not None else None
+        watched = late.watch(result.runs, acked_at) if late is not None else None
+        self._store.save(following, acked_at, watched, feed.mark(watched or ()) if feed is not None else None)
+        if feed is not None:
+            feed.release((sent_run.run.run_id, [tool.id for tool in sent_run.tools]) for sent_run in result.runs)
+        if late is not None and watched:
+            late.remember(watched)
         self._high_water = following.high_water
-        self._log_incomplete(decided)
-        result.pending, result.gaps = len(following.pending), len(following.gaps)
-        self._waiting_since = min(following.pending.values(), default=None)
-        result.full_batch = len(new_runs) >= self._poll.batch_size
-        result.next_settle_at = decided.next_settle_at
+        self._log_incomplete(batch.decided, result)
+        result.pending, result.gaps, result.batches = len(following.pending), len(following.gaps), 1
+        self._checkpoint_pending, self._waiting_since = result.pending, min(following.pending.values(), default=None)
+        result.full_batch = batch.full and not result.interrupted
+        result.next_settle_at = batch.decided.next_settle_at
         try:
             self._recorder.runs_exported(result, acked_at + self._offset)
         except Exception:  # the batch is sent and checkpointed: a metric must not turn that into a failed poll
             log.exception("metrics: recording the exported runs failed; the runs were exported and checkpointed")
+        if gauges:
+            self._record_backlog()
         return result
 
-    def _drop_deleted(self, checkpoint: Checkpoint, rechecked: list[RunRow]) -> None:
-        """Pending runs gone from the source (deleted by the agent) stay pending for good otherwise.
-        A run missed once is re-checked at the next poll; missed again, it is dropped."""
-        found = {run.id for run in rechecked}
-        missing = {run_pk for run_pk in checkpoint.pending if run_pk not in found}
-        deleted = sorted(missing & self._missed_once)
-        self._missed_once = missing - set(deleted)
-        if not deleted:
-            return
-        for run_pk in deleted:
-            del checkpoint.pending[run_pk]
-        shown = ", ".join(map(str, deleted[:10])) + (", …" if len(deleted) > 10 else "")
-        log.warning(
-            "%d pending run(s) were deleted from diagnosis_run before they finished (run id %s): no longer waited for",
-            len(deleted),
-            shown,
-        )
-        self._recorder.pending_deleted(len(deleted))
-
-    def _log_incomplete(self, decided: Classified) -> None:
+    def _log_incomplete(self, decided: Classified, result: PollResult) -> None:
         """One line per run sent unfinished: an operator looks for the agent's stuck runs by id."""
+        sent = {exported.run.id for exported in result.runs}
         for run in decided.to_export:
-            if run.id in decided.incomplete:
+            if run.id in decided.incomplete and run.id in sent:
                 log.warning(
                     "run %s sent as incomplete: status %s, not finished after %.0fs (poll.run_timeout_seconds = %g)",
                     run.run_id,

@@ -48,6 +48,10 @@ class PollResult:
     in_flight: int = 0
     # When the first finished-but-unsettled run becomes exportable (Unix time).
     next_settle_at: float | None = None
+    # A stop in the middle of a batch: only ``runs`` were acknowledged; ``unsent`` were prepared, not sent.
+    interrupted: bool = False
+    unsent: list[RunRow] = field(default_factory=list)
+    batches: int = 0  # the batches acknowledged and checkpointed
 
     @property
     def accepted_spans(self) -> int:
@@ -62,5 +66,7 @@ class PollResult:
         self.warnings += other.warnings
         self.outside_window += other.outside_window
         self.in_flight += other.in_flight
+        self.batches += other.batches
+        self.interrupted = self.interrupted or other.interrupted
         self.pending, self.gaps, self.full_batch = other.pending, other.gaps, other.full_batch
         self.next_settle_at = other.next_settle_at

@@ -6,9 +6,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from threading import Event
 from typing import Any
 
-from ..export.sending import RequestSender
+from ..export.sending import Interrupted, RequestSender, Sent
 from ..export.wire import RunEncoder, RunSpans
 from ..mapping.spans import Late
 from ..source.reader import Source
@@ -99,10 +100,14 @@ class RunExporter:
             prepared.spans.append(one)
         return prepared
 
-    def deliver(self, prepared: Prepared) -> PollResult:
-        """Sends what ``prepare`` made; raises ExportError unless all was acked. It maps
-        nothing new, so a backfill sends one batch while it prepares the next."""
-        sent = self._sender.send(prepared.spans)
+    def deliver(self, prepared: Prepared, stop: Event | None = None) -> PollResult:
+        """Sends what ``prepare`` made; raises ExportError unless all was acked. It maps nothing
+        new, so a backfill or a drain sends one batch while it prepares the next. Once ``stop`` is
+        set no request is sent, and the result holds the runs acknowledged whole and the rest unsent."""
+        try:
+            sent = self._sender.send(prepared.spans, stop)
+        except Interrupted as cut:
+            return self._interrupted(prepared, cut.sent)
         self._report(prepared)
         result = PollResult()
         result.warnings = prepared.warnings
@@ -110,6 +115,14 @@ class RunExporter:
         result.runs = prepared.runs
         result.run_count = len(result.runs)
         result.spans = sum(e.span_count for e in result.runs)
+        return result
+
+    def _interrupted(self, prepared: Prepared, sent: Sent) -> PollResult:
+        """The runs acknowledged whole before a stop, and those not: their spans go out again after the restart."""
+        result = PollResult(interrupted=True)
+        result.runs, result.unsent = prepared.runs[: sent.runs], [one.run for one in prepared.runs[sent.runs :]]
+        result.run_count, result.spans = len(result.runs), sum(one.span_count for one in result.runs)
+        result.rejected_spans, result.dropped_spans = sent.rejected, sent.dropped
         return result
 
     def _report(self, prepared: Prepared) -> None:

@@ -18,7 +18,7 @@ from . import ratings_ledger, state_tables, watch
 from .checkpoint import FORMAT_VERSION, Checkpoint
 from .ratings_ledger import SentRating
 from .state_tables import checkpoint_table
-from .watch import Watched
+from .watch import ToolMark, Watched
 
 
 class StateStoreError(RuntimeError):
@@ -104,8 +104,11 @@ class StateStore:
                 out.append((name, checkpoint, float(saved_at)))
         return out
 
-    def save(self, checkpoint: Checkpoint, now: float, watched: list[Watched] | None = None) -> None:
-        """Saves the checkpoint and, in the same transaction, the runs whose traces are kept complete from now on."""
+    def save(
+        self, checkpoint: Checkpoint, now: float, watched: list[Watched] | None = None, tools: ToolMark | None = None
+    ) -> None:
+        """Saves the checkpoint and, in the same transaction, the runs whose traces are kept complete from
+        now on and where the watch stands in tool_invocation."""
         values = checkpoint.values(now)
         try:
             with self.engine.begin() as conn:
@@ -116,6 +119,8 @@ class StateStore:
                     conn.execute(checkpoint_table.insert().values(name=self.name, **values))
                 if watched:
                     watch.record(conn, self.name, watched)
+                if tools is not None:
+                    watch.record_mark(conn, self.name, tools, now)
         except SQLAlchemyError as exc:
             raise self._failed("cannot save the checkpoint", exc) from None
 
@@ -128,12 +133,21 @@ class StateStore:
         except SQLAlchemyError as exc:
             raise self._failed("is unreadable", exc) from None
 
-    def save_watch(self, updated: list[Watched], done: list[str], now: float) -> None:
+    def tool_mark(self) -> ToolMark | None:
+        """Where the watch stands in tool_invocation; None before its first save."""
+        try:
+            return watch.load_mark(self.engine, self.name)
+        except SQLAlchemyError as exc:
+            raise self._failed("is unreadable", exc) from None
+
+    def save_watch(self, updated: list[Watched], done: list[str], now: float, tools: ToolMark | None = None) -> None:
         """Records what the late pass sent, and ends the watches that are over."""
         try:
             with self.engine.begin() as conn:
                 watch.forget(conn, self.name, done, before=now)
                 watch.record(conn, self.name, updated)
+                if tools is not None:
+                    watch.record_mark(conn, self.name, tools, now)
         except SQLAlchemyError as exc:
             raise self._failed("cannot save the runs watched", exc) from None
 

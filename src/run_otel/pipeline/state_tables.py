@@ -1,8 +1,9 @@
 """The state store's tables, and the changes made in place to tables of earlier releases.
 
-Three tables, one row per shard or per run and shard: ``run_otel_checkpoint`` (where the
-poller stands), ``run_otel_feedback`` (the ratings sent, ``ratings_ledger.py``) and
-``run_otel_watch`` (the runs kept complete after their export, ``watch.py``).
+Four tables, one row per shard or per run and shard: ``run_otel_checkpoint`` (where the
+poller stands), ``run_otel_feedback`` (the ratings sent, ``ratings_ledger.py``),
+``run_otel_watch`` (the runs kept complete after their export, ``watch.py``) and
+``run_otel_tool_cursor`` (the highest tool id the watch read, ``tool_feed.py``).
 """
 
 from __future__ import annotations
@@ -58,6 +59,17 @@ watch_table = Table(
     Column("incomplete", Boolean, nullable=False),
     Column("tool_ids", Text, nullable=False),
     Column("until", Seconds, nullable=False, index=True),
+)
+
+# Where the late-row watch stands in tool_invocation: the highest tool id read, and the ids below it
+# not committed yet (JSON: id -> when first missed), re-read until poll.gap_timeout_seconds.
+tool_cursor_table = Table(
+    "run_otel_tool_cursor",
+    metadata,
+    Column("shard", String(64), primary_key=True),
+    Column("high", BigInteger, nullable=False),
+    Column("gaps", Text, nullable=False),
+    Column("saved_at", Seconds, nullable=False),
 )
 
 # Columns added since the tables were first released: added in place to tables made before.

@@ -148,3 +148,20 @@ def expire_gaps(checkpoint: Checkpoint, now: float, gap_timeout_seconds: float) 
     for gap in expired:
         del checkpoint.gaps[gap]
     return expired
+
+
+def cut(before: Checkpoint, following: Checkpoint, unsent: Sequence[RunRow], now: float) -> Checkpoint:
+    """Where a batch ends when only some of its runs were acknowledged (a stop in the middle of
+    it): ``following``, with the high-water mark below the first run above ``before``'s that was
+    not sent, and each such run below the mark waiting again as it waited before. Nothing not
+    sent is passed over, and what was sent is not sent again."""
+    out = following.copy()
+    above = [run.id for run in unsent if run.id > before.high_water]
+    if above:
+        out.high_water = min(above) - 1
+        out.pending = {run_pk: seen for run_pk, seen in out.pending.items() if run_pk <= out.high_water}
+        out.gaps = {gap: seen for gap, seen in out.gaps.items() if gap <= out.high_water}
+    for run in unsent:
+        if run.id <= before.high_water:  # a pending run or a gap before the batch: it waits again
+            out.pending[run.id] = before.pending.get(run.id, before.gaps.get(run.id, now))
+    return out

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy import Connection, Engine, select
 
-from .state_tables import watch_table
+from .state_tables import tool_cursor_table, watch_table
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,33 @@ class Watched:
     tool_ids: frozenset[int]  # the tool rows its trace holds
     incomplete: bool  # sent as incomplete, and not finished since
     until: float  # Unix time the watch ends
+
+
+@dataclass(frozen=True)
+class ToolMark:
+    """Where the watch stands in tool_invocation (``tool_feed.py``): every tool row up to ``high``
+    was read, but for ``gaps``, ids not committed when read (id -> when first missed, Unix seconds)."""
+
+    high: int
+    gaps: dict[int, float] = field(default_factory=dict)
+
+
+def record_mark(conn: Connection, shard: str, mark: ToolMark, now: float) -> None:
+    """Writes the shard's tool mark, in the caller's transaction."""
+    table = tool_cursor_table
+    values = {"high": mark.high, "gaps": json.dumps({str(k): v for k, v in sorted(mark.gaps.items())}), "saved_at": now}
+    if not conn.execute(table.update().where(table.c.shard == shard).values(**values)).rowcount:
+        conn.execute(table.insert().values(shard=shard, **values))
+
+
+def load_mark(engine: Engine, shard: str) -> ToolMark | None:
+    """The shard's tool mark; None before the first save (a first start, or a store of an earlier release)."""
+    table = tool_cursor_table
+    with engine.connect() as conn:
+        row = conn.execute(select(table.c.high, table.c.gaps).where(table.c.shard == shard)).first()
+    if row is None:
+        return None
+    return ToolMark(int(row.high), {int(k): float(v) for k, v in json.loads(row.gaps).items()})
 
 
 def record(conn: Connection, shard: str, runs: Iterable[Watched]) -> None:

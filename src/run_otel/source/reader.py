@@ -8,12 +8,13 @@ it maps, never ``self_evaluation``, and user content only when capture is on.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
-from sqlalchemy import Boolean, Dialect, Engine, Select, func, select, text, type_coerce
+from sqlalchemy import Boolean, Dialect, Engine, Select, func, inspect, select, text, type_coerce
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.expression import Executable
@@ -23,10 +24,12 @@ from ..config import ContentConfig, SourceConfig
 from .clock import ClockSample, SourceClock
 from .columns import TOOL_COLUMNS, columns_read
 from .engine import make_engine, safe_url
-from .errors import ConnectionLost, SourceError
+from .errors import ConnectionLost, SourceError, read_failed, unwrapped_driver_errors
 from .evidence import DATABASE_COLUMN_COUNT, DatabaseSummaries, database_columns
 from .rows import TERMINAL_STATUSES, FeedbackRow, RunRow, ToolRow
 from .schema import diagnosis_run, tool_invocation
+
+__all__ = ["Backlog", "ConnectionLost", "Source", "SourceError"]
 
 log = logging.getLogger(__name__)
 
@@ -35,32 +38,6 @@ class Backlog(NamedTuple):
     newest_id: int
     runs: int  # run ids above the checkpoint
     seconds: float | None  # the newest run's created_at minus the checkpoint run's
-
-
-# Server errors that mean a statement hit the timeout rather than failed.
-_TIMEOUT_ERRORS = {1969: "max_statement_time", 3024: "max_execution_time", 1205: "lock_wait_timeout"}
-# Client errors that mean the connection is gone (the server restarted, a failover, a
-# dropped network): 2003 cannot connect, 2006 server has gone away, 2013 lost during
-# a query (also the read-timeout backstop's), 2055 mysql-connector's lost connection.
-_CONNECTION_ERRORS = frozenset({2003, 2006, 2013, 2055})
-# The same, in the words of an error that carries no code.
-_LOST_WORDS = ("Lost connection to", "MySQL server has gone away", "Can't connect to")
-
-
-def _unwrapped_driver_errors() -> tuple[type[Exception], ...]:
-    """mysql-connector's C extension raises its own MySQLInterfaceError from rollback()
-    without wrapping it, and SQLAlchemy re-raises what is not a DB-API error as it is: a
-    server gone between a read and the connection's release would otherwise end a
-    backfill with a traceback instead of the wait every other lost connection gets."""
-    try:
-        from _mysql_connector import MySQLInterfaceError
-    except ImportError:
-        return ()
-    return (MySQLInterfaceError,)
-
-
-_NO_SUCH_FUNCTION = 1305  # MySQL/MariaDB: FUNCTION ... does not exist
-_TLS_FAILED = 2026  # the client's "SSL connection error", often with only OpenSSL's own words
 
 
 def _as_stored(column: ColumnElement) -> ColumnElement:
@@ -93,7 +70,8 @@ class Source:
         self._statement_timeout = config.statement_timeout_seconds
         self.engine = engine or make_engine(self._url, config.connect_timeout_seconds, config)
         self._chunk = tool_chunk_size
-        self._unwrapped_errors = _unwrapped_driver_errors() if self.engine.dialect.driver == "mysqlconnector" else ()
+        unwrapped = unwrapped_driver_errors() if self.engine.dialect.driver == "mysqlconnector" else ()
+        self._read_errors: tuple[type[Exception], ...] = (SQLAlchemyError, *unwrapped)
         self.clock = SourceClock(config.timezone)
         run_cols, tool_cols = columns_read(content)
         self._run_select = select(*(diagnosis_run.c[name] for name in run_cols))
@@ -131,12 +109,6 @@ class Source:
         values = [*row[:at], summary, *row[at + DATABASE_COLUMN_COUNT :]]
         return ToolRow(*values)
 
-    def _lost(self, reason: object) -> ConnectionLost:
-        return ConnectionLost(
-            f"database {self.describe()}: lost the connection (the server restarted or went away, "
-            f"or the network dropped it): {reason}"
-        )
-
     def _fetch(self, statement: Executable, bulk: bool = False) -> list:
         try:
             with self.engine.connect() as conn:
@@ -149,28 +121,8 @@ class Source:
                     result.close()
                     return list(rows)
                 return list(result)
-        except self._unwrapped_errors as exc:
-            code = getattr(exc, "errno", None)
-            if code in _CONNECTION_ERRORS or str(exc).startswith(_LOST_WORDS):
-                raise self._lost(exc) from None
-            raise SourceError(f"database {self.describe()}: {exc}") from None
-        except SQLAlchemyError as exc:
-            reason = getattr(exc, "orig", None) or exc.__class__.__name__
-            code = getattr(reason, "args", (None,))[0] if getattr(reason, "args", None) else None
-            # SQLAlchemy's own disconnect test knows each driver's words for it, such as
-            # mysql-connector's "MySQL Connection not available" with no error code.
-            if code in _CONNECTION_ERRORS or getattr(exc, "connection_invalidated", False):
-                raise self._lost(reason) from None
-            if code in _TIMEOUT_ERRORS:
-                reason = (
-                    f"a statement ran past source.statement_timeout_seconds ({self._statement_timeout:g}s; "
-                    f"{_TIMEOUT_ERRORS[code]}): is a table locked? {reason}"
-                )
-            elif code == _TLS_FAILED:
-                reason = f"{reason}: the TLS handshake failed; does source.tls_ca sign the server's certificate?"
-            elif code == _NO_SUCH_FUNCTION and self._evidence_at is not None:
-                reason = f"{reason}: this server has no JSON functions; set source.evidence_in_database = false"
-            raise SourceError(f"database {self.describe()}: {reason}") from None
+        except self._read_errors as exc:
+            raise read_failed(exc, self.describe(), self._statement_timeout, self._evidence_at is not None) from None
 
     # -- runs ---------------------------------------------------------------
 
@@ -179,12 +131,14 @@ class Source:
         return int(rows[0][0] or 0)
 
     def next_run_id(self) -> int | None:
-        """The next run's id (AUTO_INCREMENT): a delete leaves it, a restore moves it back. None on SQLite."""
+        """The next run's id (AUTO_INCREMENT): a delete leaves it, a restore moves it back. None on SQLite.
+        From SHOW CREATE TABLE, which reads no table; information_schema.TABLES is a full scan by
+        MariaDB's count, and MySQL 8 answers it from statistics up to a day old."""
         if self.engine.dialect.name != "mysql":
             return None
-        query = "SELECT AUTO_INCREMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = :t"
-        rows = self._fetch(text(query).bindparams(t=diagnosis_run.name))
-        return int(rows[0][0]) if rows and rows[0][0] is not None else None
+        rows = self._fetch(text(f"SHOW CREATE TABLE {diagnosis_run.name}"))
+        found = re.search(r"\bAUTO_INCREMENT=(\d+)", str(rows[0][1])) if rows else None
+        return int(found[1]) if found else 1  # no AUTO_INCREMENT= clause: the table never had a row
 
     def runs_after(self, high_water: int, limit: int, until_id: int | None = None) -> list[RunRow]:
         """Up to ``limit`` runs with id above ``high_water`` (and up to ``until_id``), by id."""
@@ -206,9 +160,16 @@ class Source:
         rows = self._fetch(self._run_select.where(diagnosis_run.c.run_id == run_id))
         return RunRow(*rows[0]) if rows else None
 
+    def _newest(self, *columns: ColumnElement) -> list:
+        """The newest run's ``columns``, by MAX(id), which the optimizer answers from the primary
+        key's last entry, then that row by key. ``ORDER BY id DESC LIMIT 1`` reads the same one row,
+        but MariaDB counts it as a full scan (``Select_scan``, ``Full_scan`` in the slow log)."""
+        newest = select(func.max(diagnosis_run.c.id)).scalar_subquery()
+        return self._fetch(select(*columns).where(diagnosis_run.c.id == newest))
+
     def newest_run(self) -> tuple[int, datetime] | None:
         """The newest run's id and created_at: one primary-key probe."""
-        rows = self._fetch(select(diagnosis_run.c.id, diagnosis_run.c.created_at).order_by(diagnosis_run.c.id.desc()).limit(1))
+        rows = self._newest(diagnosis_run.c.id, diagnosis_run.c.created_at)
         return (int(rows[0][0]), rows[0][1]) if rows else None
 
     def backlog(self, high_water: int, clock: SourceClock) -> Backlog | None:
@@ -256,12 +217,39 @@ class Source:
     def rated_runs(self, first_id: int, last_id: int) -> list[FeedbackRow]:
         """Finished runs in [first_id, last_id] that carry feedback: one primary-key range read."""
         run = diagnosis_run.c
-        stmt = (
-            select(run.id, run.run_id, run.intent, run.feedback, run.updated_at, run.created_at, run.total_duration_ms)
-            .where(run.id >= first_id, run.id <= last_id, run.feedback.is_not(None), run.status.in_(sorted(TERMINAL_STATUSES)))
-            .order_by(run.id)
+        return self._rated(run.id >= first_id, run.id <= last_id)
+
+    def rated_runs_by_ids(self, ids: Iterable[int]) -> list[FeedbackRow]:
+        """Finished runs of these ids that carry feedback: primary-key lookups."""
+        return [row for chunk in _chunks(sorted(set(ids)), self._chunk) for row in self._rated(diagnosis_run.c.id.in_(chunk))]
+
+    def rated_runs_updated_since(self, since: datetime, created_from: datetime, last_id: int, index: str) -> list[FeedbackRow]:
+        """Finished runs up to ``last_id``, created from ``created_from``, that carry feedback and were
+        updated since ``since``: a range of the agent's index ``index`` on updated_at."""
+        run = diagnosis_run.c
+        # In the index's order, sorted here: MariaDB counts a filesort's rows as examined again.
+        rows = self._rated(run.updated_at >= since, run.created_at >= created_from, run.id <= last_id, index=index)
+        return sorted(rows, key=lambda row: row.id)
+
+    def _rated(self, *bounds: ColumnElement, index: str | None = None) -> list[FeedbackRow]:
+        run = diagnosis_run.c
+        stmt = select(run.id, run.run_id, run.intent, run.feedback, run.updated_at, run.created_at, run.total_duration_ms).where(
+            *bounds, run.feedback.is_not(None), run.status.in_(sorted(TERMINAL_STATUSES))
         )
+        if index is None:
+            stmt = stmt.order_by(run.id)
+        else:  # the status index is there too: the optimizer may not see which is narrow
+            stmt = stmt.with_hint(diagnosis_run, f"FORCE INDEX (`{index}`)", "mysql")
         return [FeedbackRow(*row) for row in self._fetch(stmt)]
+
+    def updated_at_index(self) -> str | None:
+        """An index of diagnosis_run that leads with updated_at, by name; None when there is none.
+        Read from SHOW CREATE TABLE, which reads no rows."""
+        try:
+            indexes = inspect(self.engine).get_indexes(diagnosis_run.name)
+        except self._read_errors as exc:
+            raise read_failed(exc, self.describe(), self._statement_timeout, False) from None
+        return next((str(i["name"]) for i in indexes if i["column_names"][:1] == ["updated_at"]), None)
 
     def clock_offset(self, clock: Callable[[], float] = time.time) -> float | None:
         """The database's clock minus ``clock`` (this host's) mid round trip; None on SQLite (the host's clock)."""
@@ -276,11 +264,7 @@ class Source:
 
     def clock_sample(self) -> ClockSample | None:
         """The newest run's times and the database's clocks, for the time-zone check."""
-        newest = self._fetch(
-            select(diagnosis_run.c.id, diagnosis_run.c.created_at, diagnosis_run.c.updated_at)
-            .order_by(diagnosis_run.c.id.desc())
-            .limit(1)
-        )
+        newest = self._newest(diagnosis_run.c.id, diagnosis_run.c.created_at, diagnosis_run.c.updated_at)
         if not newest:
             return None
         stamps = [v for v in newest[0][1:] if isinstance(v, datetime)]
@@ -311,38 +295,44 @@ class Source:
 
     # -- tools --------------------------------------------------------------
 
-    def tools_for(self, run_ids: Iterable[str]) -> dict[str, list[ToolRow]]:
-        """Tool rows by run_id, in id order: one ``run_id IN (...)`` query per chunk."""
+    def tools_for(self, run_ids: Iterable[str], through_id: int | None = None) -> dict[str, list[ToolRow]]:
+        """Tool rows by run_id, in id order: one ``run_id IN (...)`` query per chunk. With
+        ``through_id``, only the rows up to that id: ``idx_tool_invocation_run_id`` is
+        (run_id, id), so the rows above it are not even examined."""
         wanted = sorted({_text(run_id) for run_id in run_ids})
         by_run: dict[str, list[ToolRow]] = {run_id: [] for run_id in wanted}
         # MySQL's default collations compare case-insensitively, so IN may
         # return 'RUN-A' for 'run-a'; file such rows under the id that was asked.
         folded = {run_id.casefold(): run_id for run_id in wanted}
         for chunk in _chunks(wanted, self._chunk):
-            stmt = self._tool_select.where(tool_invocation.c.run_id.in_(chunk)).order_by(
-                tool_invocation.c.run_id, tool_invocation.c.id
-            )
-            for row in self._fetch(stmt, bulk=True):
-                tool = self._tool_row(row)
+            stmt = self._tool_select.where(tool_invocation.c.run_id.in_(chunk))
+            if through_id is not None:
+                stmt = stmt.where(tool_invocation.c.id <= through_id)
+            for tool in self._tools(stmt.order_by(tool_invocation.c.run_id, tool_invocation.c.id)):
                 run_id = _text(tool.run_id)
                 key = run_id if run_id in by_run else folded.get(run_id.casefold())
                 if key is not None:
                     by_run[key].append(tool)
         return by_run
 
-    def tool_counts_for(self, run_ids: Iterable[str]) -> dict[str, tuple[int, int]]:
-        """(count, highest id) of each run's tool rows: from idx_tool_invocation_run_id alone, one row a run."""
-        wanted = sorted({_text(run_id) for run_id in run_ids})
-        out: dict[str, tuple[int, int]] = {}
-        asked, folded, c = set(wanted), {run_id.casefold(): run_id for run_id in wanted}, tool_invocation.c
-        for chunk in _chunks(wanted, self._chunk):
-            stmt = select(c.run_id, func.count(), func.max(c.id)).where(c.run_id.in_(chunk)).group_by(c.run_id)
-            for run_id, count, highest in self._fetch(stmt, bulk=True):
-                name = _text(run_id)
-                key = name if name in asked else folded.get(name.casefold())
-                if key is not None:
-                    out[key] = (int(count), int(highest))
+    def tools_after(self, tool_id: int, limit: int) -> list[ToolRow]:
+        """Up to ``limit`` tool rows with id above ``tool_id``, by id: a primary-key range."""
+        c = tool_invocation.c
+        return self._tools(self._tool_select.where(c.id > tool_id).order_by(c.id).limit(limit))
+
+    def tools_by_ids(self, ids: Iterable[int]) -> list[ToolRow]:
+        """The tool rows of these ids that exist, by id: primary-key lookups, one query per chunk."""
+        out: list[ToolRow] = []
+        for chunk in _chunks(sorted(set(ids)), self._chunk):
+            out.extend(self._tools(self._tool_select.where(tool_invocation.c.id.in_(chunk)).order_by(tool_invocation.c.id)))
         return out
+
+    def max_tool_id(self) -> int:
+        """The highest tool row id, from the primary key's last entry."""
+        return int(self._fetch(select(func.max(tool_invocation.c.id)))[0][0] or 0)
+
+    def _tools(self, statement: Select) -> list[ToolRow]:
+        return [self._tool_row(row) for row in self._fetch(statement, bulk=True)]
 
     def close(self) -> None:
         self.engine.dispose()

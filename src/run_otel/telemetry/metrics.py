@@ -16,7 +16,7 @@ from typing import Any
 
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricReader
-from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
+from opentelemetry.sdk.metrics.view import View
 from opentelemetry.sdk.resources import Resource
 from prometheus_client import CollectorRegistry
 
@@ -29,6 +29,7 @@ from ..pipeline.results import ExportedRun, PollResult
 from ..sharding import Shard, shard_name
 from ..source.rows import INTENTS, FeedbackRow
 from . import instruments as I
+from .batch_tally import BatchTally, BucketsByBatch
 from .exemplars import ExemplarStore, span_context
 from .measurements import (
     NONE,
@@ -61,11 +62,7 @@ class BridgeMetrics(Recorder):
     ):
         self.registry = registry
         self._exemplars = exemplars or ExemplarStore()
-        views = [
-            View(instrument_name=i.name, aggregation=ExplicitBucketHistogramAggregation(i.buckets))
-            for i in I.ALL
-            if i.kind == I.HISTOGRAM
-        ]
+        views = [View(instrument_name=i.name, aggregation=BucketsByBatch(i.buckets)) for i in I.ALL if i.kind == I.HISTOGRAM]
         # service.name here is the bridge's own; the traces carry the agent's.
         resource = Resource.create({A.SERVICE_NAME: "run-otel", A.SERVICE_VERSION: __version__})
         self.provider = MeterProvider(metric_readers=readers, views=views, resource=resource)
@@ -120,16 +117,20 @@ class BridgeMetrics(Recorder):
     # -- Recorder -------------------------------------------------------------
 
     def runs_exported(self, result: PollResult, acked_at: float) -> None:
+        """A batch's runs, summed per series before they reach the SDK (``batch_tally.py``)."""
+        tally, incomplete = BatchTally(), 0
         for exported in result.runs:
             for tool in exported.tools:
                 self._first_call(tool.tool_name, tool.retrieval_layer is not None)
             # Ratings are counted as the feedback pass sends them (feedback_sent), not at export.
             for measurement in run_measurements(exported, None):
-                self._measure(measurement)
-            if exported.incomplete:
-                self._get(I.INCOMPLETE_RUNS).add(1)
+                tally.take(measurement)
+            incomplete += exported.incomplete
             if exported.settled_at is not None:
-                self._get(I.EXPORT_DELAY).record(max(acked_at - exported.settled_at - self._settle, 0.0))
+                tally.observe(I.EXPORT_DELAY, max(acked_at - exported.settled_at - self._settle, 0.0))
+        tally.record(self._get, self._exemplars)
+        if incomplete:
+            self._get(I.INCOMPLETE_RUNS).add(incomplete)
         # Only what the receiver took: rejected and dropped spans have counters of their own.
         self._get(I.EXPORTED_SPANS).add(result.accepted_spans)
         if result.rejected_spans:
