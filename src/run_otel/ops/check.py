@@ -26,6 +26,7 @@ from ..source.columns import columns_read
 from ..source.password_file import readable_by_others
 from ..source.reader import Source, SourceError
 from ..source.schema import REQUIRED_INDEXES, documented_types
+from .check_rows import row_shape_findings
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 
@@ -82,6 +83,7 @@ def run_checks(config: Config, clock: Callable[[], float] = time.time) -> Iterat
         yield from _check_clock(config, source, clock)
         yield from _check_feedback_values(config, source)
         yield from _check_checkpoint_ahead(config, source)
+        yield from (Finding(*finding) for finding in row_shape_findings(config, source))
     finally:
         source.close()
     yield from _check_state(config)

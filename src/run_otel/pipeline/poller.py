@@ -15,6 +15,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from ..config import PollConfig
+from ..mapping.times import FUTURE_UPDATED_AT
 from ..sharding import in_shard
 from ..source.clock import zone_finding
 from ..source.reader import Source, SourceError
@@ -150,6 +151,7 @@ class Poller:
             self._late.remember(watched)
         self._high_water = following.high_water
         self._log_incomplete(decided)
+        self._log_ahead(decided)
         result.pending, result.gaps = len(following.pending), len(following.gaps)
         self._waiting_since = min(following.pending.values(), default=None)
         result.full_batch = len(new_runs) >= self._poll.batch_size
@@ -190,6 +192,21 @@ class Poller:
                     decided.stuck_seconds.get(run.id, 0.0),
                     self._rules.run_timeout_seconds,
                 )
+
+    def _log_ahead(self, decided: Classified) -> None:
+        """One line per finished run whose updated_at lay ahead of the database's clock: it settled as seen."""
+        for run in decided.to_export:
+            if run.id in decided.ahead:
+                log.warning(
+                    "run %s: updated_at %s lies %.0fs ahead of the database's clock; settled by the database's clock, "
+                    "%gs after it was seen (poll.settle_seconds)",
+                    run.run_id,
+                    run.updated_at,
+                    decided.ahead[run.id],
+                    self._rules.settle_seconds,
+                )
+        if decided.ahead:
+            self._recorder.odd_times(FUTURE_UPDATED_AT, len(decided.ahead))
 
     def _record_backlog(self) -> None:
         """What is left after the poll: run ids above the checkpoint, and how much newer they are."""

@@ -172,6 +172,8 @@ class Source:
                 reason = f"{reason}: this server has no JSON functions; set source.evidence_in_database = false"
             raise SourceError(f"database {self.describe()}: {reason}") from None
 
+    fetch = _fetch  # for the reads of the modules beside this one (run_ids.py), with the same errors
+
     # -- runs ---------------------------------------------------------------
 
     def max_run_id(self) -> int:

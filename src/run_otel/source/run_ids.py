@@ -1,0 +1,105 @@
+"""Which rows share a run id, in any letter case: what the duplicate rule
+(``pipeline/duplicates.py``) asks the database.
+
+On the agent's documented schema, the UNIQUE key on ``diagnosis_run.run_id`` in a
+case-insensitive collation makes two rows with one run id impossible, in any letter case:
+then nothing is asked. Without it (a migration dropped the key, or the column's collation
+tells letter cases apart, as a ``_bin`` one and SQLite do), one index-bounded read per batch
+finds the rows with the batch's run ids. A case-sensitive column is asked for the run id as
+written, in lower case and in upper case; other mixes of case are not found there.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+
+from sqlalchemy import select, text
+
+from .reader import Source
+from .schema import diagnosis_run
+
+log = logging.getLogger(__name__)
+
+# The schema is looked at again this often: a migration may drop the key while run-otel runs.
+SCHEMA_RECHECK_SECONDS = 600.0
+_CHUNK = 500
+
+_UNIQUE_RUN_ID = text(
+    "SELECT INDEX_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() "
+    "AND TABLE_NAME = 'diagnosis_run' AND NON_UNIQUE = 0 GROUP BY INDEX_NAME "
+    "HAVING COUNT(*) = 1 AND MAX(COLUMN_NAME) = 'run_id' AND MAX(SUB_PART) IS NULL"
+)
+_COLLATION = text(
+    "SELECT COLLATION_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() "
+    "AND TABLE_NAME = 'diagnosis_run' AND COLUMN_NAME = 'run_id'"
+)
+
+
+def _text(value: object) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, (bytes, bytearray)) else str(value)
+
+
+def _spellings(run_id: str) -> set[str]:
+    """The run id as a case-sensitive column may hold it: as written, and the part after a prefix in either case."""
+    return {run_id, run_id.lower(), run_id.upper(), run_id[:4] + run_id[4:].lower(), run_id[:4] + run_id[4:].upper()}
+
+
+class RunIdRows:
+    def __init__(
+        self, source: Source, recheck_seconds: float = SCHEMA_RECHECK_SECONDS, clock: Callable[[], float] = time.monotonic
+    ):
+        self._source = source
+        self._recheck = recheck_seconds
+        self._clock = clock
+        self._possible: bool | None = None
+        self._checked_at = 0.0
+
+    def possible(self) -> bool:
+        """Whether two rows may share a run id (in any letter case) in this schema; looked at again now and then."""
+        if self._possible is None or self._clock() - self._checked_at >= self._recheck:
+            reason, before = self.why_possible(), self._possible
+            self._possible, self._checked_at = reason is not None, self._clock()
+            if reason is not None and not before:
+                log.info(
+                    "%s: two diagnosis_run rows may share a run id (%s); the duplicate rule reads them",
+                    self._source.describe(),
+                    reason,
+                )
+        return self._possible
+
+    def why_possible(self) -> str | None:
+        """Why two rows may share a run id here, or None when the schema forbids it."""
+        if self._source.engine.dialect.name != "mysql":
+            return "the column tells letter cases apart (SQLite)"
+        if not self._source.fetch(_UNIQUE_RUN_ID):
+            return "diagnosis_run.run_id has no UNIQUE key of its own"
+        collation = self._source.fetch(_COLLATION)
+        name = str(collation[0][0] or "") if collation else ""
+        if not name.endswith("_ci"):
+            return f"diagnosis_run.run_id's collation ({name or 'binary'}) tells letter cases apart"
+        return None
+
+    def lowest(self, run_ids: Iterable[str]) -> dict[str, tuple[int, str]]:
+        """Each run id (case folded) -> the lowest primary key of the rows with it, in any letter case,
+        and the run id as that row writes it: one ``run_id IN (...)`` read per chunk, by the run_id index."""
+        wanted = sorted({spelling for run_id in run_ids for spelling in _spellings(run_id)})
+        out: dict[str, tuple[int, str]] = {}
+        for start in range(0, len(wanted), _CHUNK):
+            chunk = wanted[start : start + _CHUNK]
+            statement = select(diagnosis_run.c.id, diagnosis_run.c.run_id).where(diagnosis_run.c.run_id.in_(chunk))
+            for pk, run_id in self._source.fetch(statement):
+                name = _text(run_id)
+                key = name.casefold()
+                if key not in out or int(pk) < out[key][0]:
+                    out[key] = (int(pk), name)
+        return out
+
+    def row_ids(self, run_id: str) -> list[int]:
+        """The primary keys of every row with ``run_id``, in any letter case, in order."""
+        key = run_id.casefold()
+        statement = select(diagnosis_run.c.id, diagnosis_run.c.run_id).where(
+            diagnosis_run.c.run_id.in_(sorted(_spellings(run_id)))
+        )
+        return sorted(int(pk) for pk, name in self._source.fetch(statement) if _text(name).casefold() == key)

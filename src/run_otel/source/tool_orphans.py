@@ -1,0 +1,43 @@
+"""Reads for the look for tool rows whose run never appears (``pipeline/orphans.py``).
+
+Both are index-bounded: the newest tool id is one primary-key probe, and the look itself reads
+a primary-key range of ``tool_invocation`` and, for each row, probes ``diagnosis_run`` by its
+``run_id`` index.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from sqlalchemy import exists, func, select
+
+from .reader import Source
+from .schema import diagnosis_run, tool_invocation
+
+
+class OrphanRow(NamedTuple):
+    id: int
+    run_id: str
+    created_at: Any  # a datetime, or what a broken row holds
+
+
+def newest_tool_id(source: Source) -> int:
+    rows = source.fetch(select(func.max(tool_invocation.c.id)))
+    return int(rows[0][0] or 0)
+
+
+def orphan_tools(source: Source, after_id: int, up_to_id: int, limit: int) -> list[OrphanRow]:
+    """Tool rows with ids in (after_id, up_to_id] and a run id no diagnosis_run row has (in the
+    column's collation), by id, at most ``limit``. A NULL run id (legacy rows) is not looked at."""
+    tool, run = tool_invocation.c, diagnosis_run.c
+    statement = (
+        select(tool.id, tool.run_id, tool.created_at)
+        .where(tool.id > after_id, tool.id <= up_to_id, tool.run_id.is_not(None), ~exists().where(run.run_id == tool.run_id))
+        .order_by(tool.id)
+        .limit(limit)
+    )
+    return [OrphanRow(int(pk), _text(run_id), created) for pk, run_id, created in source.fetch(statement)]
+
+
+def _text(value: object) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, (bytes, bytearray)) else str(value)
