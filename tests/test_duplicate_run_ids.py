@@ -189,3 +189,61 @@ def test_ratings_of_two_rows_with_one_run_id_each_go_to_their_own_trace_once(age
     assert ratings[own.trace_id]["gen_ai.evaluation.score.label"] == "DOWN"
     parts.close()
     conn.close()
+
+
+@pytest.fixture(scope="module")
+def jaeger_stack(tmp_path_factory):
+    """Jaeger v2 behind the collector with the repository's configs, as test_real_stack.py runs them."""
+    from servers import Collector, Jaeger, Receiver
+
+    base = tmp_path_factory.mktemp("jaeger")
+    tempo = Receiver()
+    tempo.start()
+    jaeger = Jaeger(base)
+    jaeger.start()
+    collector = Collector(base, f"127.0.0.1:{jaeger.otlp_port}", tempo.endpoint)
+    collector.start()
+    yield jaeger, collector
+    collector.stop()
+    jaeger.stop()
+    tempo.stop()
+
+
+def test_jaeger_shows_one_root_in_the_run_ids_trace_and_the_later_row_as_a_trace_linked_to_it(jaeger_stack, agent_db, tmp_path):
+    from servers import wait_for
+
+    jaeger, collector = jaeger_stack
+    without_unique_run_id(agent_db)
+    run_id = f"run-{uuid.uuid4()}"
+    recent = utc_now_naive() - timedelta(minutes=2)
+    conn = agent_db.server.root(agent_db.name)
+    add_run(conn, run_id, total_duration_ms=4000, created_at=recent, updated_at=recent)
+    add_tool(conn, run_id, duration_ms=300, created_at=recent + timedelta(seconds=1))
+    add_run(conn, run_id, status="FAILED", total_duration_ms=2000, created_at=recent + timedelta(seconds=20), updated_at=recent)
+    sections = bridge_sections(agent_db, tmp_path, f"http://127.0.0.1:{collector.grpc_port}")
+    done = run_cli("once", "--config", str(write_toml(tmp_path / "run-otel.toml", sections)))
+
+    # The run id's own trace: one root, each span once; then Jaeger's lookup by the run id's tag finds both traces.
+    owner = wait_for(lambda: (t := jaeger.trace(trace_id_for(run_id).hex())) and len(t["spans"]) >= 2 and t, 30, "the trace", 0.2)
+    tags = '{"diagnosis.run.id": "' + run_id + '"}'
+    traces = wait_for(
+        lambda: len(found := jaeger.api("traces", service="diagnosis-agent", tags=tags, lookback="1h")["data"]) == 2 and found,
+        30,
+        "both traces in Jaeger",
+        0.2,
+    )
+    owner = {trace["traceID"]: trace for trace in traces}[owner["traceID"]]
+    (later,) = [trace for trace in traces if trace["traceID"] != owner["traceID"]]
+    for trace in (owner, later):
+        assert [span.get("warnings") for span in trace["spans"]] == [None] * len(trace["spans"])  # "duplicate span IDs" before
+        roots = [span for span in trace["spans"] if not any(r["refType"] == "CHILD_OF" for r in span.get("references") or [])]
+        assert len(roots) == 1
+    assert len(owner["spans"]) == 2 and len(later["spans"]) == 1
+    (reference,) = later["spans"][0]["references"]
+    assert (reference["refType"], reference["traceID"], reference["spanID"]) == (
+        "FOLLOWS_FROM",
+        owner["traceID"],
+        root_span_id_for(run_id).hex(),
+    )
+    assert done.returncode == 0, done.stderr  # and the poll went on: it failed on the watch's unique key before
+    conn.close()
