@@ -88,6 +88,7 @@ def test_two_rows_with_one_run_id_never_stall_and_each_goes_out_once_under_one_r
     own = duplicate_identity(run_id, later, run_id, first)
     (retry,) = spans_in(receiver, own.trace_id)  # a trace of its own, its root alone
     assert not retry.parent_span_id and retry.span_id == own.root_id
+    assert retry.name == "invoke_agent diagnosis-agent duplicate"  # a trace list tells it from the first
     attrs = attrs_of(retry)
     assert (attrs["diagnosis.run.id"], attrs["gen_ai.conversation.id"]) == (run_id, "s-retry")
     assert (attrs["diagnosis.run.row_id"], attrs["diagnosis.run.duplicate_of_row_id"]) == (later, first)

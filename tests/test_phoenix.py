@@ -381,3 +381,42 @@ def test_the_superseded_marker_is_an_evaluator_span_in_phoenix(agent_db, tmp_pat
         0.5,
     )
     assert markers and {span["span_kind"] for span in markers} == {"EVALUATOR"}  # "UNKNOWN" before
+
+
+def test_a_look_again_posts_the_newest_annotation_of_a_span_not_the_one_first_queued(agent_db, tmp_path, phoenix):
+    """Without any filter of the caller's: the annotation queued when Phoenix lacked the root gives way
+    to the one stored since for that span, which is what the look again posts."""
+    from helpers import add_finished_runs
+
+    from run_otel.export.phoenix import PhoenixAnnotations
+    from run_otel.mapping.span_data import root_span_id_for
+
+    project = f"newest-{os.getpid()}"
+    (trace_id,) = add_finished_runs(agent_db, 1)
+    run_id = f"run-{trace_id[:8]}-{trace_id[8:12]}-{trace_id[12:16]}-{trace_id[16:20]}-{trace_id[20:]}"
+    root = root_span_id_for(run_id).hex()
+
+    def item(label: str) -> dict:
+        return {
+            "span_id": root,
+            "name": "user_feedback",
+            "annotator_kind": "HUMAN",
+            "result": {"label": label},
+            "identifier": "diagnosis_run.feedback",
+            "metadata": {"run_id": run_id},
+        }
+
+    now = [0.0]
+    annotations = PhoenixAnnotations(phoenix.url, queue_seconds=600, clock=lambda: now[0])
+    assert annotations.upsert([item("UP")]) is False  # no root yet: left to Phoenix's queue
+    export_to_phoenix(agent_db, tmp_path, phoenix, trace={"conventions": ["gen_ai", "openinference"], "project_name": project})
+
+    def labels() -> list[str]:
+        return [a["result"]["label"] for a in root_annotations(phoenix, project, root)]
+
+    wait_for(lambda: labels() == ["UP"], 90, "Phoenix's queue to store the first annotation", 0.5)
+    assert annotations.upsert([item("DOWN")]) is True and labels() == ["DOWN"]
+    now[0] = 600.0
+    assert annotations.look_again() == 0
+    assert labels() == ["DOWN"]
+    annotations.close()

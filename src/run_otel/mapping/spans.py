@@ -162,6 +162,7 @@ class Mapper:
             out.put(A.RUN_COMPLETED_LATE, True)
             name, span_id, parent_id = f"{name} {A.COMPLETION_SUFFIX}", completion_id, ids.root_id
         elif ids.link is not None:
+            name = f"{name} {A.DUPLICATE_SUFFIX}"
             out.put(A.RUN_ROW_ID, run.id)
             out.put(A.RUN_DUPLICATE_OF_ROW_ID, ids.owner_pk)
             out.link(*ids.link)
