@@ -79,6 +79,20 @@ def test_a_finished_run_updated_in_2099_settles_by_the_databases_clock_with_a_wa
     conn.close()
 
 
+def test_a_lone_run_updated_in_2099_is_no_wrong_time_zone(agent_db, receiver, bridge, caplog):
+    """The newest run is the one in 2099: the zone check, which compares the newest run with the database's
+    clock, said source.timezone looked wrong (UTC+631747:00) and took /readyz down for good."""
+    _parts, poller, _reader = bridge
+    run_id = new_run_id()
+    conn = agent_db.server.root(agent_db.name)
+    add_run(conn, run_id, created_at=utc_now_naive() - timedelta(seconds=30), updated_at="2099-01-01 00:00:00")
+    with caplog.at_level(logging.WARNING, logger="run_otel"):
+        assert poller.poll().run_count == 1
+    assert "looks wrong" not in caplog.text
+    assert warned(caplog, run_id, "ahead of the database's clock; settled by the database's clock")
+    conn.close()
+
+
 @pytest.mark.parametrize("bridge", ["Europe/Berlin"], indirect=True)
 def test_a_run_before_the_epoch_in_its_zone_is_sent_clamped_to_the_epoch_with_a_warning(agent_db, receiver, bridge, caplog):
     _parts, poller, reader = bridge

@@ -420,3 +420,52 @@ def test_a_look_again_posts_the_newest_annotation_of_a_span_not_the_one_first_qu
     assert annotations.look_again() == 0
     assert labels() == ["DOWN"]
     annotations.close()
+
+
+def test_a_queued_rating_the_state_store_no_longer_holds_is_not_posted_again(agent_db, receiver, tmp_path, phoenix, monkeypatch):
+    """HA: the instance that queued a rating lost the lease; the other one sent the changed rating and recorded
+    it in the shared state store. Back in charge, the first one's look again must not post its older value."""
+    import uuid
+    from functools import partial
+
+    from helpers import add_finished_runs, bridge_config, rate
+
+    from run_otel.export import phoenix as phoenix_module
+    from run_otel.factory import build_feedback, build_parts, build_poller
+    from run_otel.mapping.evaluation import Evaluations
+    from run_otel.mapping.span_data import root_span_id_for
+    from run_otel.pipeline.ratings_ledger import SentRating
+
+    now = [0.0]
+    monkeypatch.setattr(phoenix_module, "PhoenixAnnotations", partial(phoenix_module.PhoenixAnnotations, clock=lambda: now[0]))
+    project = f"store-holds-{os.getpid()}"
+    trace = {"conventions": ["gen_ai", "openinference"], "project_name": project}
+    (trace_id,) = add_finished_runs(agent_db, 1)
+    run_id = f"run-{uuid.UUID(trace_id)}"
+    root = root_span_id_for(run_id).hex()
+    rate(agent_db, [run_id], "THUMBS_UP")
+    config = bridge_config(agent_db, tmp_path, receiver.endpoint, trace=trace, ui={"phoenix_url": phoenix.url})
+    with build_parts(config) as parts:
+        assert build_poller(parts).poll().run_count == 1
+        feedback = build_feedback(parts)
+        assert feedback is not None and feedback.run().sent == 1  # Phoenix lacks the root: THUMBS_UP queued here
+        (tmp_path / "phoenix").mkdir()
+        sections = bridge_sections(agent_db, tmp_path / "phoenix", phoenix.url, "http/protobuf", trace=trace)
+        done = run_cli("export", run_id, "--config", str(write_config(tmp_path / "phoenix" / "run-otel.toml", sections)))
+        assert done.returncode == 0, done.stderr
+
+        def labels() -> list[str]:
+            return [a["result"]["label"] for a in root_annotations(phoenix, project, root)]
+
+        wait_for(lambda: labels() == ["THUMBS_UP"], 90, "Phoenix's queue to store the first rating", 0.5)
+        # The other instance: the changed rating stored in Phoenix and recorded in the shared state store.
+        rate(agent_db, [run_id], "THUMBS_DOWN")
+        other, evaluations = phoenix_module.PhoenixAnnotations(phoenix.url), Evaluations(config.feedback, parts.source.clock)
+        (row,) = [r for r in parts.source.rated_runs(1, 10) if r.run_id == run_id]
+        assert other.upsert([evaluations.annotation(row)]) is True
+        other.close()
+        parts.store.save_feedback({run_id: SentRating("THUMBS_DOWN", evaluations.rated_at_ns(row))}, 0.0, -1.0)
+        assert labels() == ["THUMBS_DOWN"]  # the precondition
+        now[0] = phoenix_module.QUEUE_SECONDS
+        feedback.run()
+        assert labels() == ["THUMBS_DOWN"]

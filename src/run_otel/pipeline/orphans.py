@@ -3,8 +3,8 @@
 A tool row is read only with its run (``run_id IN (...)``), so a row whose run never appears
 would never be read, and nothing would say so. After each poll the daemon notes the newest tool
 id and when it saw it; once ``poll.orphan_wait_seconds`` has passed since, it looks at the tool
-rows up to that id it has not looked at yet (a primary-key range, each row's run probed by the
-``run_id`` index) for run ids no ``diagnosis_run`` row has. Those are named in one WARNING per
+rows up to that id it has not looked at yet (a primary-key range, its run ids then asked for by
+the ``run_id`` index) for run ids no ``diagnosis_run`` row has, in any letter case. Those are named in one WARNING per
 look (run ids and tool ids), counted in ``run_otel_orphan_rows_total``, and kept in the state
 store, where ``run-otel check`` names them: how many, and the oldest.
 
@@ -23,16 +23,17 @@ from collections.abc import Callable
 
 from ..sharding import Shard, in_shard
 from ..source.reader import Source
-from ..source.tool_orphans import OrphanRow, newest_tool_id, orphan_tools
+from ..source.run_ids import RunIdRows
+from ..source.tool_orphans import OrphanRow, newest_tool_id, tool_rows_between
 from .orphan_scan import OrphanScan
 from .recorder import Recorder
 from .state_store import StateStore
 
 log = logging.getLogger(__name__)
 
-# Tool ids looked at per pass, and orphan rows read per pass: a first look over a long history goes in steps.
-RANGE = 100_000
-LIMIT = 10_000
+# Tool ids looked at per pass, and tool rows read per pass: a first look over a long history goes in steps.
+RANGE = 20_000
+LIMIT = 20_000
 
 
 class OrphanPass:
@@ -53,6 +54,7 @@ class OrphanPass:
         self._recorder = recorder
         self._shard = shard
         self._clock = clock
+        self._run_ids = RunIdRows(source)
         # (newest tool id, when seen), oldest first: in memory, so a restart waits once more.
         self._marks: deque[tuple[int, float]] = deque()
 
@@ -74,9 +76,11 @@ class OrphanPass:
         up_to = min(decided, scan.cursor + RANGE)
         if up_to <= scan.cursor:
             return 0
-        found = orphan_tools(self._source, scan.cursor, up_to, LIMIT)
-        scan.cursor = found[-1].id if len(found) >= LIMIT else up_to
-        mine = [row for row in found if in_shard(row.run_id, self._shard)]
+        rows = tool_rows_between(self._source, scan.cursor, up_to, LIMIT)
+        scan.cursor = rows[-1].id if len(rows) >= LIMIT else up_to
+        self._run_ids.possible()  # how the column compares letter cases, looked at now and then
+        found = self._run_ids.lowest({row.run_id for row in rows}) if rows else {}
+        mine = [row for row in rows if row.run_id.casefold() not in found and in_shard(row.run_id, self._shard)]
         scan.add(mine)
         self._store.save_orphan_scan(scan, now)
         if mine:

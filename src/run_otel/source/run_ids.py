@@ -56,6 +56,7 @@ class RunIdRows:
         self._clock = clock
         self._possible: bool | None = None
         self._checked_at = 0.0
+        self._folds = False  # whether the column's collation finds a run id in any letter case
 
     def possible(self) -> bool:
         """Whether two rows may share a run id (in any letter case) in this schema; looked at again now and then."""
@@ -74,19 +75,25 @@ class RunIdRows:
     def why_possible(self) -> str | None:
         """Why two rows may share a run id here, or None when the schema forbids it."""
         if self._source.engine.dialect.name != "mysql":
+            self._folds = False
             return "the column tells letter cases apart (SQLite)"
-        if not self._source.fetch(_UNIQUE_RUN_ID):
-            return "diagnosis_run.run_id has no UNIQUE key of its own"
         collation = self._source.fetch(_COLLATION)
         name = str(collation[0][0] or "") if collation else ""
-        if not name.endswith("_ci"):
+        self._folds = name.endswith("_ci")
+        if not self._source.fetch(_UNIQUE_RUN_ID):
+            return "diagnosis_run.run_id has no UNIQUE key of its own"
+        if not self._folds:
             return f"diagnosis_run.run_id's collation ({name or 'binary'}) tells letter cases apart"
         return None
+
+    def _asked(self, run_id: str) -> set[str]:
+        """The spellings to ask for: the run id alone where the collation finds every case of it."""
+        return {run_id} if self._folds else _spellings(run_id)
 
     def lowest(self, run_ids: Iterable[str]) -> dict[str, tuple[int, str]]:
         """Each run id (case folded) -> the lowest primary key of the rows with it, in any letter case,
         and the run id as that row writes it: one ``run_id IN (...)`` read per chunk, by the run_id index."""
-        wanted = sorted({spelling for run_id in run_ids for spelling in _spellings(run_id)})
+        wanted = sorted({spelling for run_id in run_ids for spelling in self._asked(run_id)})
         out: dict[str, tuple[int, str]] = {}
         for start in range(0, len(wanted), _CHUNK):
             chunk = wanted[start : start + _CHUNK]
@@ -102,6 +109,6 @@ class RunIdRows:
         """The primary keys of every row with ``run_id``, in any letter case, in order."""
         key = run_id.casefold()
         statement = select(diagnosis_run.c.id, diagnosis_run.c.run_id).where(
-            diagnosis_run.c.run_id.in_(sorted(_spellings(run_id)))
+            diagnosis_run.c.run_id.in_(sorted(self._asked(run_id)))
         )
         return sorted(int(pk) for pk, name in self._source.fetch(statement) if _text(name).casefold() == key)
