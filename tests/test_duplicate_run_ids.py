@@ -160,6 +160,8 @@ def test_export_and_backfill_send_both_rows_again_byte_for_byte(agent_db, receiv
     first = sorted(span.SerializeToString() for _r, _s, span in receiver.spans())
     assert len(first) == 3  # the precondition: the owner's root and tool span, the later row's root
 
+    checked = run_cli("check", "--config", config)
+    assert "run ids: diagnosis_run.run_id has no UNIQUE key of its own: two rows may share one" in checked.stdout, checked.stdout
     receiver.clear()
     done = run_cli("export", run_id, "--config", config)
     assert done.returncode == 0, done.stderr
