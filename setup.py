@@ -25,6 +25,7 @@ COMPILED = [
     "run_otel/mapping/documents.py",
     "run_otel/mapping/span_out.py",
     "run_otel/mapping/spans.py",
+    "run_otel/mapping/times.py",
     "run_otel/export/encoding.py",
     "run_otel/export/wire.py",
 ]

@@ -265,3 +265,37 @@ def test_with_an_updated_at_index_a_feedback_pass_reads_the_runs_updated_since(a
     assert one <= 3 + 2, one  # the three runs rated, whatever the window holds
     assert idle <= 3, idle
     assert index_line(config).startswith("idx_diagnosis_run_updated_at: ")
+
+
+def test_the_look_for_tool_rows_without_their_run_reads_no_tool_row_the_poll_read(agent_db, receiver, reader_config, tmp_path):
+    """The orphan look takes its candidates from the rows the poll's feed read: past its first look over
+    the history, new work costs it no tool row, and an orphan is still named after the wait."""
+    from helpers import new_run_id
+
+    from run_otel.factory import build_orphans
+
+    add_runs_with_tools(agent_db, 300, 10)
+    ahead = [0.0]  # the look's clock runs with the poll's, ahead by this
+    with StatementLog(agent_db, tmp_path / "slow.log") as log, build_parts(reader_config(orphan_wait_seconds=60)) as parts:
+        poller = build_poller(parts)
+        assert poller.poll().run_count == 300
+        poller.poll()  # the feed's first read on a first start sets where it begins
+        orphans = build_orphans(parts, poller, clock=lambda: time.time() + ahead[0])
+        assert orphans is not None and orphans.run() == 0
+        history = log.mark()
+        assert tool_rows_examined(log.statements()) >= 2 * 3000  # the precondition: its first look read the history
+
+        ghost = new_run_id()
+        conn = agent_db.server.root(agent_db.name)
+        add_tool_row(conn, ghost)
+        conn.close()
+        new_runs = add_runs_with_tools(agent_db, 20, 10)
+        assert poller.poll().run_count == 20
+        assert orphans.run() == 0  # seen now, decided after the wait
+        ahead[0] = 61
+        assert orphans.run() == 1
+        busy = log.since(history)
+    assert all(len(spans_of(receiver, run_id)) == 11 for run_id in new_runs)
+    # 201 new tool rows, each examined once by the poll; the look adds one run_id lookup.
+    assert tool_rows_examined(busy) <= 201 + 2, [(s.rows_examined, s.sql[:120]) for s in busy]
+    assert sum(s.rows_examined for s in busy) <= 1.5 * 221

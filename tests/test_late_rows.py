@@ -208,3 +208,30 @@ def test_a_late_tool_row_neither_resets_nor_resends_the_rating(agent_db, receive
     assert not [span for span in spans_of(receiver, run_id) if span.name.startswith("superseded ")]
     parts.close()
     conn.close()
+
+
+def test_tool_rows_after_the_timeout_wait_for_the_finish_and_go_under_the_root_when_it_never_comes(
+    agent_db, receiver, tmp_path, caplog
+):
+    """What a run sent incomplete writes next hangs under its completed span, so it waits for the finish;
+    a run still unfinished when its watch ends sends it under its root then, with a WARNING, rather than never."""
+    import time
+
+    config = bridge_config(agent_db, tmp_path, receiver.endpoint, poll={"run_timeout_seconds": 2, "late_window_seconds": 1})
+    run_id = new_run_id()
+    conn = agent_db.server.root(agent_db.name)
+    add_run(conn, run_id, status="RUNNING")  # two hours old: sent as incomplete
+    conn.commit()
+    with build_parts(config) as parts, caplog.at_level(logging.WARNING, logger="run_otel"):
+        poller = build_poller(parts)
+        assert poller.poll().run_count == 1
+        add_tool(conn, run_id, duration_ms=20, created_at=utc_now_naive() - timedelta(minutes=5))
+        conn.commit()
+        poller.poll()
+        assert len(spans_of(receiver, run_id)) == 1  # held for the finish, not sent under the root it lies outside
+        time.sleep(2.5)  # the watch (poll.run_timeout_seconds more) ends, the run unfinished
+        poller.poll()
+    spans = spans_of(receiver, run_id)
+    assert len(spans) == 2 and spans[1].parent_span_id == root_span_id_for(run_id)
+    assert any(run_id in r.getMessage() and "did not finish while watched" in r.getMessage() for r in caplog.records)
+    conn.close()

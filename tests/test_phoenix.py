@@ -231,7 +231,8 @@ def test_a_run_sent_as_incomplete_that_finishes_later_shows_its_outcome_in_phoen
     done = by_name["invoke_agent diagnosis-agent completed"]
     assert done["parent_id"] == root["context"]["span_id"] and done["span_kind"] == "AGENT"
     assert done["status_code"] == "OK" and done["attributes"]["diagnosis.run.status"] == "SUCCESS"
-    assert by_name["execute_tool lookup_knowledge"]["parent_id"] == root["context"]["span_id"]
+    # Written after the run was sent incomplete: under the completed span, whose time covers it.
+    assert by_name["execute_tool lookup_knowledge"]["parent_id"] == done["context"]["span_id"]
     conn.close()
 
 
@@ -318,3 +319,154 @@ def test_the_feedback_pass_looks_again_at_what_it_left_to_phoenixs_queue(
         assert len(named) == 1 and run_id in named[0], caplog.text
         feedback.run()  # looked at once: not named again
     assert len([r for r in caplog.records if "Phoenix never stored the root span" in r.getMessage()]) == 1
+
+
+def test_a_changed_rating_never_reverts_when_phoenixs_queue_is_looked_at_again(
+    agent_db, receiver, tmp_path, phoenix, monkeypatch
+):
+    """A rating Phoenix first answered 404 waits in its queue; the root arrives, the rating changes and
+    is stored; when the pass looks again at what it queued, Phoenix keeps the changed rating."""
+    import uuid
+    from functools import partial
+
+    from helpers import add_finished_runs, bridge_config, rate
+
+    from run_otel.export import phoenix as phoenix_module
+    from run_otel.factory import build_feedback, build_parts, build_poller
+    from run_otel.mapping.span_data import root_span_id_for
+
+    now = [0.0]
+    monkeypatch.setattr(phoenix_module, "PhoenixAnnotations", partial(phoenix_module.PhoenixAnnotations, clock=lambda: now[0]))
+    project = f"reverted-{os.getpid()}"
+    trace = {"conventions": ["gen_ai", "openinference"], "project_name": project}
+    (trace_id,) = add_finished_runs(agent_db, 1)
+    run_id = f"run-{uuid.UUID(trace_id)}"
+    root = root_span_id_for(run_id).hex()
+    rate(agent_db, [run_id], "THUMBS_UP")
+    config = bridge_config(agent_db, tmp_path, receiver.endpoint, trace=trace, ui={"phoenix_url": phoenix.url})
+    with build_parts(config) as parts:
+        assert build_poller(parts).poll().run_count == 1  # the trace goes to the receiver first
+        feedback = build_feedback(parts)
+        assert feedback is not None and feedback.run().sent == 1  # Phoenix lacks the root: its queue keeps the rating
+        # The root reaches Phoenix; its queue stores the rating it held.
+        (tmp_path / "phoenix").mkdir()
+        sections = bridge_sections(agent_db, tmp_path / "phoenix", phoenix.url, "http/protobuf", trace=trace)
+        done = run_cli("export", run_id, "--config", str(write_config(tmp_path / "phoenix" / "run-otel.toml", sections)))
+        assert done.returncode == 0, done.stderr
+
+        def labels() -> list[str]:
+            return [a["result"]["label"] for a in root_annotations(phoenix, project, root)]
+
+        wait_for(lambda: labels() == ["THUMBS_UP"], 90, "Phoenix's queue to store the first rating", 0.5)
+
+        rate(agent_db, [run_id], "THUMBS_DOWN")
+        assert feedback.run().sent == 1
+        assert labels() == ["THUMBS_DOWN"]  # the precondition: the changed rating is stored
+        now[0] = phoenix_module.QUEUE_SECONDS  # Phoenix's queue is done with what it held
+        feedback.run()
+        assert labels() == ["THUMBS_DOWN"]  # the queued THUMBS_UP was posted again over it before
+
+
+def test_the_superseded_marker_is_an_evaluator_span_in_phoenix(agent_db, tmp_path, phoenix):
+    project = f"superseded-{os.getpid()}"
+    seed(agent_db, 2, seed_value=35, waiting=0)
+    agent_db.execute("UPDATE diagnosis_run SET feedback = 'DOWN'")
+    overrides = dict(trace={"conventions": ["gen_ai", "openinference"], "project_name": project})
+    export_to_phoenix(agent_db, tmp_path, phoenix, **overrides)
+    agent_db.execute("UPDATE diagnosis_run SET feedback = 'UP', updated_at = updated_at + INTERVAL 5 MINUTE")
+    export_to_phoenix(agent_db, tmp_path, phoenix, **overrides)
+    markers = wait_for(
+        lambda: [s for s in phoenix.rest(f"projects/{project}/spans", limit=1000) if s["name"] == "superseded user_feedback"],
+        60,
+        "the superseded markers in Phoenix",
+        0.5,
+    )
+    assert markers and {span["span_kind"] for span in markers} == {"EVALUATOR"}  # "UNKNOWN" before
+
+
+def test_a_look_again_posts_the_newest_annotation_of_a_span_not_the_one_first_queued(agent_db, tmp_path, phoenix):
+    """Without any filter of the caller's: the annotation queued when Phoenix lacked the root gives way
+    to the one stored since for that span, which is what the look again posts."""
+    from helpers import add_finished_runs
+
+    from run_otel.export.phoenix import PhoenixAnnotations
+    from run_otel.mapping.span_data import root_span_id_for
+
+    project = f"newest-{os.getpid()}"
+    (trace_id,) = add_finished_runs(agent_db, 1)
+    run_id = f"run-{trace_id[:8]}-{trace_id[8:12]}-{trace_id[12:16]}-{trace_id[16:20]}-{trace_id[20:]}"
+    root = root_span_id_for(run_id).hex()
+
+    def item(label: str) -> dict:
+        return {
+            "span_id": root,
+            "name": "user_feedback",
+            "annotator_kind": "HUMAN",
+            "result": {"label": label},
+            "identifier": "diagnosis_run.feedback",
+            "metadata": {"run_id": run_id},
+        }
+
+    now = [0.0]
+    annotations = PhoenixAnnotations(phoenix.url, queue_seconds=600, clock=lambda: now[0])
+    assert annotations.upsert([item("UP")]) is False  # no root yet: left to Phoenix's queue
+    export_to_phoenix(agent_db, tmp_path, phoenix, trace={"conventions": ["gen_ai", "openinference"], "project_name": project})
+
+    def labels() -> list[str]:
+        return [a["result"]["label"] for a in root_annotations(phoenix, project, root)]
+
+    wait_for(lambda: labels() == ["UP"], 90, "Phoenix's queue to store the first annotation", 0.5)
+    assert annotations.upsert([item("DOWN")]) is True and labels() == ["DOWN"]
+    now[0] = 600.0
+    assert annotations.look_again() == 0
+    assert labels() == ["DOWN"]
+    annotations.close()
+
+
+def test_a_queued_rating_the_state_store_no_longer_holds_is_not_posted_again(agent_db, receiver, tmp_path, phoenix, monkeypatch):
+    """HA: the instance that queued a rating lost the lease; the other one sent the changed rating and recorded
+    it in the shared state store. Back in charge, the first one's look again must not post its older value."""
+    import uuid
+    from functools import partial
+
+    from helpers import add_finished_runs, bridge_config, rate
+
+    from run_otel.export import phoenix as phoenix_module
+    from run_otel.factory import build_feedback, build_parts, build_poller
+    from run_otel.mapping.evaluation import Evaluations
+    from run_otel.mapping.span_data import root_span_id_for
+    from run_otel.pipeline.ratings_ledger import SentRating
+
+    now = [0.0]
+    monkeypatch.setattr(phoenix_module, "PhoenixAnnotations", partial(phoenix_module.PhoenixAnnotations, clock=lambda: now[0]))
+    project = f"store-holds-{os.getpid()}"
+    trace = {"conventions": ["gen_ai", "openinference"], "project_name": project}
+    (trace_id,) = add_finished_runs(agent_db, 1)
+    run_id = f"run-{uuid.UUID(trace_id)}"
+    root = root_span_id_for(run_id).hex()
+    rate(agent_db, [run_id], "THUMBS_UP")
+    config = bridge_config(agent_db, tmp_path, receiver.endpoint, trace=trace, ui={"phoenix_url": phoenix.url})
+    with build_parts(config) as parts:
+        assert build_poller(parts).poll().run_count == 1
+        feedback = build_feedback(parts)
+        assert feedback is not None and feedback.run().sent == 1  # Phoenix lacks the root: THUMBS_UP queued here
+        (tmp_path / "phoenix").mkdir()
+        sections = bridge_sections(agent_db, tmp_path / "phoenix", phoenix.url, "http/protobuf", trace=trace)
+        done = run_cli("export", run_id, "--config", str(write_config(tmp_path / "phoenix" / "run-otel.toml", sections)))
+        assert done.returncode == 0, done.stderr
+
+        def labels() -> list[str]:
+            return [a["result"]["label"] for a in root_annotations(phoenix, project, root)]
+
+        wait_for(lambda: labels() == ["THUMBS_UP"], 90, "Phoenix's queue to store the first rating", 0.5)
+        # The other instance: the changed rating stored in Phoenix and recorded in the shared state store.
+        rate(agent_db, [run_id], "THUMBS_DOWN")
+        other, evaluations = phoenix_module.PhoenixAnnotations(phoenix.url), Evaluations(config.feedback, parts.source.clock)
+        (row,) = [r for r in parts.source.rated_runs(1, 10) if r.run_id == run_id]
+        assert other.upsert([evaluations.annotation(row)]) is True
+        other.close()
+        parts.store.save_feedback({run_id: SentRating("THUMBS_DOWN", evaluations.rated_at_ns(row))}, 0.0, -1.0)
+        assert labels() == ["THUMBS_DOWN"]  # the precondition
+        now[0] = phoenix_module.QUEUE_SECONDS
+        feedback.run()
+        assert labels() == ["THUMBS_DOWN"]

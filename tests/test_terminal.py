@@ -267,8 +267,9 @@ def test_bad_config_key_is_one_clear_line(tmp_path):
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         "run-otel: error: config: unknown config key poll.batch (known in [poll]: interval_seconds, batch_size, "
-        "settle_seconds, run_timeout_seconds, gap_timeout_seconds, late_window_seconds, start_from, tool_chunk_size, "
-        "retry_initial_seconds, retry_max_seconds, stuck_after_seconds, shutdown_timeout_seconds, backfill_retry_seconds)"
+        "settle_seconds, run_timeout_seconds, gap_timeout_seconds, late_window_seconds, orphan_wait_seconds, start_from, "
+        "tool_chunk_size, retry_initial_seconds, retry_max_seconds, stuck_after_seconds, shutdown_timeout_seconds, "
+        "backfill_retry_seconds)"
     ]
 
 

@@ -10,6 +10,7 @@ its parts here, so each part is built one way only.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -27,18 +28,22 @@ from .mapping.evaluation import Evaluations
 from .mapping.masking import configured_secrets
 from .mapping.spans import Mapper
 from .pipeline.backfill_pass import BackfillPass
+from .pipeline.duplicates import DuplicateRule
 from .pipeline.feedback import FeedbackPass, FeedbackSender
 from .pipeline.late_rows import LatePass
 from .pipeline.lease import MySqlLease
 from .pipeline.named_lock import lock_name
+from .pipeline.orphans import OrphanPass
 from .pipeline.poller import Poller
 from .pipeline.recorder import Recorder
+from .pipeline.row_shapes import RowShapes
 from .pipeline.run_export import RunExporter
 from .pipeline.state_store import StateStore
 from .pipeline.store_lock import StoreLock, store_lock
 from .sharding import shard_name
 from .source.clock import SourceClock
 from .source.reader import Source
+from .source.run_ids import RunIdRows
 
 if TYPE_CHECKING:
     from .export.phoenix import PhoenixAnnotations
@@ -163,9 +168,14 @@ def build_sender(parts: Parts) -> RequestSender:
     )
 
 
+def build_shapes(parts: Parts) -> RowShapes:
+    """The duplicate rule and the runs sent incomplete before: what every send asks beside the rows."""
+    return RowShapes(DuplicateRule(RunIdRows(parts.source)), parts.store)
+
+
 def build_exporter(parts: Parts) -> RunExporter:
     runs = RunEncoder(parts.mapper, WireSpans(parts.mapper.limits))
-    return RunExporter(parts.source, runs, build_sender(parts), parts.recorder)
+    return RunExporter(parts.source, runs, build_sender(parts), parts.recorder, build_shapes(parts))
 
 
 def build_poller(parts: Parts, keep_going: Callable[[], bool] = lambda: True, clock: Callable[[], float] | None = None) -> Poller:
@@ -184,6 +194,16 @@ def build_poller(parts: Parts, keep_going: Callable[[], bool] = lambda: True, cl
     )
 
 
+def build_orphans(parts: Parts, poller: Poller, clock: Callable[[], float] | None = None) -> OrphanPass | None:
+    """The look for tool rows whose run never appears, after each of ``poller``'s polls, from the tool rows
+    it read; None when poll.orphan_wait_seconds is 0."""
+    poll = parts.config.poll
+    if not poll.orphan_wait_seconds:
+        return None
+    wait, start, shard = poll.orphan_wait_seconds, poll.start_from, parts.config.shard
+    return OrphanPass(wait, start, parts.source, parts.store, parts.recorder, shard, poller.feed, clock or time.time)
+
+
 def build_backfill(parts: Parts) -> BackfillPass:
     config = parts.config
     return BackfillPass(config.poll, config.shard, parts.source, build_exporter(parts), parts.recorder, build_ratings(parts))
@@ -200,7 +220,7 @@ def build_ratings(parts: Parts) -> FeedbackSender | None:
         log_records = LogRecordSender(build_log_sink(config.export), _resource(config), parts.recorder.export_failed)
     evaluations = Evaluations(config.feedback, parts.source.clock, "openinference" in config.trace.conventions)
     wire = WireSpans(parts.mapper.limits)
-    return FeedbackSender(evaluations, wire, build_sender(parts), log_records, _phoenix(config))
+    return FeedbackSender(evaluations, wire, build_sender(parts), log_records, _phoenix(config), build_shapes(parts))
 
 
 def build_feedback(parts: Parts, clock: Callable[[], float] | None = None) -> FeedbackPass | None:
@@ -225,6 +245,7 @@ class Service:
     poller: Poller
     feedback: FeedbackPass | None
     lease: MySqlLease | None
+    orphans: OrphanPass | None = None
 
     def start(self) -> None:
         if self.lease is None:
@@ -254,7 +275,8 @@ def build_service(config: Config, alive: Check, keep_going: Callable[[], bool]) 
     parts = build_parts(config, recorder=metrics)
     lease = build_lease(config, parts.source) if config.ha.enabled else None
     lock = build_store_lock(config)
-    return Service(lock, metrics, server, parts, build_poller(parts, keep_going), build_feedback(parts), lease)
+    poller, feedback = build_poller(parts, keep_going), build_feedback(parts)
+    return Service(lock, metrics, server, parts, poller, feedback, lease, build_orphans(parts, poller))
 
 
 # -- the bridge's own telemetry ---------------------------------------------------------

@@ -68,6 +68,7 @@ _NON_NEGATIVE = (
     ("poll", "run_timeout_seconds"),
     ("poll", "gap_timeout_seconds"),
     ("poll", "late_window_seconds"),
+    ("poll", "orphan_wait_seconds"),
     ("source", "connect_timeout_seconds"),
     ("poll", "backfill_retry_seconds"),
 )

@@ -58,6 +58,7 @@ class PollConfig:
     run_timeout_seconds: float = 3600.0
     gap_timeout_seconds: float = 600.0
     late_window_seconds: float = 600.0
+    orphan_wait_seconds: float = 600.0
     start_from: str = "now"
     tool_chunk_size: int = 500
     retry_initial_seconds: float = 1.0

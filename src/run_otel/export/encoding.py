@@ -62,6 +62,7 @@ def encode_span(span: SpanData) -> Span:
             Span.Event(time_unix_nano=at, name=name, attributes=[KeyValue(key=k, value=any_value(v)) for k, v in attrs])
             for name, at, attrs in span.events
         ],
+        links=[Span.Link(trace_id=trace_id, span_id=span_id) for trace_id, span_id in span.links],
         status=Status(code=span.status_code, message=span.status_message),  # type: ignore[arg-type]  # enum ints
     )
 
@@ -147,7 +148,8 @@ def key_field(key: str) -> bytes:
 def span_bytes(
     head: bytes, attributes: list[bytes], dropped: int, events: list[bytes], status_code: int, status_message: str
 ) -> bytes:
-    """A span from its ``span_head``, its encoded attributes and ``event_field``s, in field order."""
+    """A span from its ``span_head``, its encoded attributes and ``event_field``s (then its ``link_field``s,
+    whose field number comes next), in field order."""
     parts = [head, *attributes]
     if dropped:
         parts += (b"\x50", _varint(dropped))
@@ -178,6 +180,12 @@ def event_body(name: str, attributes: tuple[tuple[str, AttrValue], ...]) -> byte
 def event_field(at_ns: int, body: bytes) -> bytes:
     """A span's event (field 11): its time, then its ``event_body``."""
     return _field(b"\x5a", b"\x09" + _pack_fixed64(at_ns) + body if at_ns else body)
+
+
+def link_field(trace_id: bytes, span_id: bytes) -> bytes:
+    """A span's link (field 13) to a span of another trace."""
+    ids = (_field(b"\x0a", trace_id) if trace_id else b"") + (_field(b"\x12", span_id) if span_id else b"")
+    return _field(b"\x6a", ids)
 
 
 def span_head(trace_id: bytes, span_id: bytes, parent_span_id: bytes, name: bytes, start_ns: int, end_ns: int) -> bytes:

@@ -10,6 +10,12 @@ spans in batches): Phoenix answers 404 then, and the batch goes again without
 arrives (up to 60 retries 10 s apart in Phoenix 20) and then drops it. So the
 daemon looks again, with ``sync``, once that time is over: a root still missing
 then never reached Phoenix (traces sent elsewhere), and a WARNING says so.
+
+A look again never posts a rating older than the current one: only the newest
+annotation for a queued span is kept (a changed rating stored since takes the
+place of the one queued, and is posted again then, over anything Phoenix's queue
+still landed), and the caller's ``current`` filter (the ratings the state store
+holds) drops one replaced in any other way.
 """
 
 from __future__ import annotations
@@ -47,17 +53,26 @@ class PhoenixAnnotations:
         self._queued_before = False
         self._queue_seconds = queue_seconds
         self._clock = clock
-        # Annotations left to Phoenix's queue, with when, to look for once the queue gave up on them.
-        self._queued: list[tuple[float, dict[str, Any]]] = []
+        # Annotations left to Phoenix's queue, the newest per span, with when and the caller's key for it
+        # (what ``current`` is asked about), to look for once the queue gave up on them.
+        self._queued: dict[str, tuple[float, str, dict[str, Any]]] = {}
 
-    def upsert(self, annotations: Sequence[dict[str, Any]]) -> bool:
-        """Stores the annotations; False when some waited for their root span in Phoenix's queue."""
+    def upsert(self, annotations: Sequence[dict[str, Any]], keys: Sequence[str] | None = None) -> bool:
+        """Stores the annotations; False when some waited for their root span in Phoenix's queue.
+        ``keys``: the caller's name for each, which ``look_again``'s filter is asked about."""
         if not annotations:
             return True
+        keys = keys or [""] * len(annotations)
         if self._post(list(annotations), sync=True) != _MISSING:
+            for item, key in zip(annotations, keys):
+                # Stored; what Phoenix's queue holds for the span is older and may still land after it:
+                # the look again posts this one instead, when that queue is done.
+                if item["span_id"] in self._queued:
+                    self._queued[item["span_id"]] = (self._queued[item["span_id"]][0], key, item)
             return True
         self._post(list(annotations), sync=False)
-        self._queued.extend((self._clock(), item) for item in annotations)
+        for item, key in zip(annotations, keys):
+            self._queued[item["span_id"]] = (self._clock(), key, item)
         # Expected right after an export, so said once per process; the line tells an SRE where to look.
         log.log(
             logging.DEBUG if self._queued_before else logging.INFO,
@@ -68,14 +83,19 @@ class PhoenixAnnotations:
         self._queued_before = True
         return False
 
-    def look_again(self) -> int:
-        """Stores, with ``sync``, the queued annotations Phoenix's queue is done with; warns about those
+    def look_again(self, current: Callable[[list[tuple[str, dict[str, Any]]]], list[dict[str, Any]]] | None = None) -> int:
+        """Stores, with ``sync``, the queued annotations Phoenix's queue is done with, those ``current``
+        keeps (given (key, annotation) pairs: the ones still the current rating); warns about those
         whose root is still missing, and returns how many that is."""
-        due = [item for queued_at, item in self._queued if self._clock() - queued_at >= self._queue_seconds]
-        if not due:
+        now = self._clock()
+        spans = [span for span, (queued_at, _key, _item) in self._queued.items() if now - queued_at >= self._queue_seconds]
+        if not spans:
             return 0
-        self._queued = [(at, item) for at, item in self._queued if self._clock() - at < self._queue_seconds]
-        if self._post(due, sync=True) != _MISSING:
+        pairs = [(key, item) for _at, key, item in (self._queued.pop(span) for span in spans)]
+        due = current(pairs) if current is not None else [item for _key, item in pairs]
+        if len(due) < len(pairs):
+            log.debug("Phoenix: %d queued rating(s) replaced since were not posted again", len(pairs) - len(due))
+        if not due or self._post(due, sync=True) != _MISSING:
             return 0
         missing = [str(item["metadata"]["run_id"]) for item in due if self._post([item], sync=True) == _MISSING]
         log.warning(

@@ -18,11 +18,11 @@ from typing import Any, NamedTuple
 
 from ..mapping import attributes as A
 from ..mapping.limits import AttributeLimits
-from ..mapping.span_data import AttrValue, Event
+from ..mapping.span_data import AttrValue, Event, RunIdentity
 from ..mapping.span_out import Head, SpanOut, Status
 from ..mapping.spans import Late, Mapper
 from ..source.rows import RunRow, ToolRow
-from .encoding import attribute_field, event_body, event_field, key_field, name_field, span_bytes, span_head
+from .encoding import attribute_field, event_body, event_field, key_field, link_field, name_field, span_bytes, span_head
 
 # Held values are at most this many bytes encoded: longer ones rarely repeat.
 _HELD_MAX_BYTES = 1024
@@ -112,7 +112,10 @@ class WireSpans(SpanOut[bytes]):
             self._hold()
         fields = span_head(trace_id, span_id, parent_span_id, encoded_name, start_ns, end_ns)
         code, message, events = status
-        return span_bytes(fields, self._parts, dropped, [self._event(event) for event in events], code, message)
+        events_and_links = [self._event(event) for event in events]
+        if self._links:  # only a later row with a run id an earlier row has links its root
+            events_and_links += [link_field(trace_id, span_id) for trace_id, span_id in self._links]
+        return span_bytes(fields, self._parts, dropped, events_and_links, code, message)
 
     def _event(self, event: Event) -> bytes:
         name, at_ns, attributes = event
@@ -141,9 +144,18 @@ class RunEncoder:
         self._mapper = mapper
         self._wire = wire
 
+    @property
+    def mapper(self) -> Mapper:
+        return self._mapper
+
     def encode(
-        self, run: RunRow, tools: Sequence[ToolRow], incomplete: bool = False, late: Late | None = None
+        self,
+        run: RunRow,
+        tools: Sequence[ToolRow],
+        incomplete: bool = False,
+        late: Late | None = None,
+        identity: RunIdentity | None = None,
     ) -> tuple[RunSpans, list[str]]:
         """The run's spans (or, with ``late``, what it sends after its export) and the warnings its rows raised."""
-        encoded, warnings = self._mapper.map_into(self._wire, run, tools, incomplete, late)
+        encoded, warnings = self._mapper.map_into(self._wire, run, tools, incomplete, late, identity)
         return RunSpans(run.run_id, encoded), warnings

@@ -229,6 +229,19 @@ def _series(d: Dashboard, stack: Stack) -> Dashboard:
         )
         .with_panel(
             panel(
+                "Row shapes: duplicate run ids, orphan tool rows, odd times",
+                "short",
+                "Per minute: later diagnosis_run rows with the run id of an earlier one, sent as traces of their own; "
+                "tool rows whose run never appeared (run-otel check names them); and times read by a documented rule "
+                "(a future updated_at, before the epoch, a tool call outside its run, a repeated or skipped local hour), "
+                "by kind. The log names each run.",
+                query(f"sum(rate({I.DUPLICATE_RUNS.prometheus}{WHERE}[{RATE}])) * 60", "duplicate run ids"),
+                query(f"sum(rate({I.ORPHAN_ROWS.prometheus}{WHERE}[{RATE}])) * 60", "orphan tool rows"),
+                query(f"sum by (kind) (rate({I.ODD_TIMES.prometheus}{WHERE}[{RATE}])) * 60", "{{kind}}"),
+            )
+        )
+        .with_panel(
+            panel(
                 "Database clock and time zone",
                 "s",
                 "The database's clock minus this host's (settle and export delay are measured on the database's), "

@@ -69,6 +69,12 @@ RUN_PUBLISHED_RESULT = "diagnosis.run.published_result"
 # Set only when a run has more tool rows than trace.max_spans_per_trace.
 RUN_TOOL_SPAN_LIMIT = "diagnosis.run.tool_span_limit"
 RUN_TOOL_SPANS_DROPPED = "diagnosis.run.tool_spans_dropped"
+# Set only on the root of a later diagnosis_run row whose run_id an earlier row already has: its own
+# primary key, and the one of the row that owns the run id's trace (which its span links to).
+RUN_ROW_ID = "diagnosis.run.row_id"
+RUN_DUPLICATE_OF_ROW_ID = "diagnosis.run.duplicate_of_row_id"
+# That root's name's suffix: "invoke_agent {agent} duplicate", so a trace list tells it from the first.
+DUPLICATE_SUFFIX = "duplicate"
 STEP_ID = "diagnosis.step.id"
 # The keys of a span's attributes that were cut short or removed to fit the limits.
 RUN_OTEL_ATTRIBUTES_CUT = "run_otel.attributes.cut"

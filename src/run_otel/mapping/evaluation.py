@@ -26,7 +26,7 @@ from ..config import FeedbackConfig
 from ..source.clock import SourceClock
 from ..source.rows import FeedbackRow
 from . import attributes as A
-from .span_data import MAX_DURATION_MS, AttrValue, LogData, SpanData, nonzero_window, root_span_id_for, trace_id_for
+from .span_data import MAX_DURATION_MS, AttrValue, LogData, RunIdentity, SpanData, identity_for, nonzero_window
 
 # Phoenix upserts on (name, span, identifier): one fixed identifier keeps one current rating per run.
 ANNOTATION_IDENTIFIER = "diagnosis_run.feedback"
@@ -76,74 +76,80 @@ class Evaluations:
         end = start + duration * 1_000_000
         return max(start, end - _US), end
 
-    def span(self, row: FeedbackRow) -> SpanData:
-        """The rating's span: the row's alone, never what was sent before, so every send is the same bytes."""
+    def span(self, row: FeedbackRow, ids: RunIdentity | None = None, parent: bytes | None = None) -> SpanData:
+        """The rating's span: the row's alone, never what was sent before, so every send is the same bytes.
+
+        ``ids``: whose trace it joins (a later row with a run id has its own); ``parent``: the root
+        unless given (the completed span of a run first sent incomplete, whose time it lies in)."""
+        ids = ids or identity_for(row.run_id)
         rated_at = self.rated_at_ns(row)
         start, end = self._window_end_ns(row, rated_at)
         attrs = self._attributes(row)
         if row.intent is not None:
             attrs.append((A.RUN_INTENT, row.intent))
-        attrs.append((A.FEEDBACK_RATED_AT, _iso(rated_at)))
+        attrs.append((A.FEEDBACK_RATED_AT, iso_time(rated_at)))
         if self._openinference:
             attrs.append((A.OPENINFERENCE_SPAN_KIND, A.OI_KIND_EVALUATOR))
         return SpanData(
-            trace_id=trace_id_for(row.run_id),
-            span_id=feedback_span_id_for(row.run_id, row.feedback, rated_at),
-            parent_span_id=root_span_id_for(row.run_id),
+            trace_id=ids.trace_id,
+            span_id=feedback_span_id_for(ids.key, row.feedback, rated_at),
+            parent_span_id=parent or ids.root_id,
             name=f"evaluation {self._name}",
             start_ns=start,
             end_ns=end,
             attributes=tuple(attrs),
         )
 
-    def superseded(self, row: FeedbackRow, old_value: str, old_rated_at_ns: int) -> SpanData:
+    def superseded(self, row: FeedbackRow, old_value: str, old_rated_at_ns: int, ids: RunIdentity | None = None) -> SpanData:
         """A child of the replaced rating's span, named so the list shows which rating no longer holds.
 
         Its id comes from both ratings, so a re-send after a crash is the same span."""
-        old_id = feedback_span_id_for(row.run_id, old_value, old_rated_at_ns)
+        ids = ids or identity_for(row.run_id)
+        old_id = feedback_span_id_for(ids.key, old_value, old_rated_at_ns)
         rated_at = self.rated_at_ns(row)
         start, end = self._window_end_ns(row, old_rated_at_ns)
         key = f"superseded:{old_id.hex()}:{row.feedback}:{rated_at}"
+        attrs: tuple[tuple[str, AttrValue], ...] = (
+            (A.GEN_AI_EVALUATION_NAME, self._name),
+            (A.RUN_ID, row.run_id),
+            (A.FEEDBACK_SUPERSEDED_BY, row.feedback),
+            (A.FEEDBACK_RATED_AT, iso_time(rated_at)),
+        )
+        if self._openinference:  # Phoenix lists a span without a kind as "unknown"
+            attrs += ((A.OPENINFERENCE_SPAN_KIND, A.OI_KIND_EVALUATOR),)
         return SpanData(
-            trace_id=trace_id_for(row.run_id),
+            trace_id=ids.trace_id,
             span_id=nonzero_window(hashlib.sha256(key.encode()).digest(), 8),
             parent_span_id=old_id,
             name=f"superseded {self._name}",
             start_ns=start,
             end_ns=end,
-            attributes=(
-                (A.GEN_AI_EVALUATION_NAME, self._name),
-                (A.RUN_ID, row.run_id),
-                (A.FEEDBACK_SUPERSEDED_BY, row.feedback),
-                (A.FEEDBACK_RATED_AT, _iso(rated_at)),
-            ),
+            attributes=attrs,
         )
 
-    def log_record(self, row: FeedbackRow) -> LogData:
+    def log_record(self, row: FeedbackRow, ids: RunIdentity | None = None) -> LogData:
         """The ``gen_ai.evaluation.result`` event, at the time of the rating, on the run's root span."""
+        ids = ids or identity_for(row.run_id)
         return LogData(
-            self.rated_at_ns(row),
-            A.GEN_AI_EVALUATION_RESULT_EVENT,
-            trace_id_for(row.run_id),
-            root_span_id_for(row.run_id),
-            tuple(self._attributes(row)),
+            self.rated_at_ns(row), A.GEN_AI_EVALUATION_RESULT_EVENT, ids.trace_id, ids.root_id, tuple(self._attributes(row))
         )
 
-    def annotation(self, row: FeedbackRow) -> dict[str, Any]:
+    def annotation(self, row: FeedbackRow, ids: RunIdentity | None = None) -> dict[str, Any]:
         """A body item for Phoenix's ``POST /v1/span_annotations``."""
         result: dict[str, Any] = {"label": row.feedback}
         score = self._score_of(row.feedback)
         if score is not None:
             result["score"] = score
         return {
-            "span_id": root_span_id_for(row.run_id).hex(),
+            "span_id": (ids or identity_for(row.run_id)).root_id.hex(),
             "name": self._name,
             "annotator_kind": "HUMAN",
             "result": result,
             "identifier": ANNOTATION_IDENTIFIER,
-            "metadata": {"run_id": row.run_id, "rated_at": _iso(self.rated_at_ns(row))},
+            "metadata": {"run_id": row.run_id, "rated_at": iso_time(self.rated_at_ns(row))},
         }
 
 
-def _iso(ns: int) -> str:
+def iso_time(ns: int) -> str:
+    """A rating's time as the span and the annotation write it."""
     return datetime.fromtimestamp(ns / 1e9, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -30,11 +30,18 @@ class SpanOut(Generic[T]):
         self.limits = limits
         self._cut: list[str] = []  # the keys the limits shortened or removed in this span
         self._dropped = 0  # the attributes they removed
+        self._links: list[tuple[bytes, bytes]] = []  # spans of other traces this one links to
 
     def begin(self) -> None:
         self._cut = []
         self._dropped = 0
+        if self._links:
+            self._links = []
         self._start()
+
+    def link(self, trace_id: bytes, span_id: bytes) -> None:
+        """Links the span being written to a span of another trace."""
+        self._links.append((trace_id, span_id))
 
     def put(self, key: str, value: AttrValue) -> None:
         raise NotImplementedError
@@ -62,6 +69,8 @@ class SpanOut(Generic[T]):
         self.begin()
         self.extend(span.attributes)
         self._dropped += span.dropped_attributes_count
+        for trace_id, span_id in span.links:
+            self.link(trace_id, span_id)
         head = (span.trace_id, span.span_id, span.parent_span_id, span.name, span.start_ns, span.end_ns)
         return self.finish(head, (span.status_code, span.status_message, span.events), None)
 
@@ -105,6 +114,7 @@ class ReadableSpans(SpanOut[SpanData]):
     def _make(self, head: Head, status: Status, dropped: int) -> SpanData:
         trace_id, span_id, parent_span_id, name, start_ns, end_ns = head
         code, message, events = status
+        links = tuple(self._links)
         return SpanData(
-            trace_id, span_id, parent_span_id, name, start_ns, end_ns, tuple(self._attrs), code, message, dropped, events
+            trace_id, span_id, parent_span_id, name, start_ns, end_ns, tuple(self._attrs), code, message, dropped, events, links
         )

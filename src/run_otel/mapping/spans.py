@@ -27,12 +27,13 @@ from .span_data import (
     AttrValue,
     Event,
     MappedRun,
+    RunIdentity,
     completion_span_id_for,
-    root_span_id_for,
+    identity_for,
     tool_span_id_for,
-    trace_id_for,
 )
 from .span_out import ReadableSpans, SpanOut, Status, T
+from .times import OUTSIDE_TOLERANCE_NS, TimeReader, valid_duration
 
 # How each outcome shows in a trace list: (status, error.type, description). Jaeger's list marks
 # only errors, so the outcomes where the user did not get the agent's own answer are errors, each
@@ -50,10 +51,13 @@ _NS_PER_MS = 1_000_000
 
 class Late(NamedTuple):
     """What an exported run sends later: its tool rows committed since, and whether a run sent as
-    incomplete has finished (its outcome then goes out as a child of the root)."""
+    incomplete has finished (its outcome then goes out as a child of the root, the ``completed``
+    span, and the tool rows sent with it hang under that span). ``first``: the tool rows sent with
+    the incomplete root, which hang under it (a re-send of the run as it was first sent)."""
 
     tool_ids: frozenset[int]
     completed: bool
+    first: frozenset[int] = frozenset()
 
 
 # Longer error messages are redacted every time rather than held as memo keys.
@@ -68,7 +72,9 @@ class Mapper:
 
     def __init__(self, trace: TraceConfig, clock: SourceClock, content: ContentPolicy):
         self._clock = clock
-        self._epoch_ns = self._clock.epoch_ns
+        self.times = TimeReader(clock)
+        # In a zone without shifts every value is read straight: the common case pays nothing.
+        self._epoch_ns = self._clock.epoch_ns if clock.local_shifts.fixed else self.times.ns
         self._agent_name = trace.agent_name
         self._provider = trace.provider_name
         self._openinference = "openinference" in trace.conventions
@@ -84,13 +90,30 @@ class Mapper:
 
     # -- the run ------------------------------------------------------------
 
-    def map_run(self, run: RunRow, tools: Sequence[ToolRow], incomplete: bool = False, late: Late | None = None) -> MappedRun:
+    @property
+    def span_cap(self) -> int:
+        return self._cap
+
+    def map_run(
+        self,
+        run: RunRow,
+        tools: Sequence[ToolRow],
+        incomplete: bool = False,
+        late: Late | None = None,
+        identity: RunIdentity | None = None,
+    ) -> MappedRun:
         """The readable spans ``map_into`` makes: for ``show``, the tests and the reference encoder."""
-        spans, warnings = self.map_into(self._readable, run, tools, incomplete, late)
+        spans, warnings = self.map_into(self._readable, run, tools, incomplete, late, identity)
         return MappedRun(spans, warnings)
 
     def map_into(
-        self, out: SpanOut[T], run: RunRow, tools: Sequence[ToolRow], incomplete: bool = False, late: Late | None = None
+        self,
+        out: SpanOut[T],
+        run: RunRow,
+        tools: Sequence[ToolRow],
+        incomplete: bool = False,
+        late: Late | None = None,
+        identity: RunIdentity | None = None,
     ) -> tuple[list[T], list[str]]:
         """The run's spans, root first, as ``out`` makes them, and the warnings its rows raised.
 
@@ -98,33 +121,53 @@ class Mapper:
         ``late.tool_ids`` and, once a run sent as incomplete has finished, a child of the root with
         its final outcome. The root is never sent again: with a new extent or status it would be a
         second, different span with the same id, which Jaeger shows twice. ``tools`` are then all of
-        the run's rows, and only the late ones warn (the others warned at the run's export)."""
+        the run's rows, and only the late ones warn (the others warned at the run's export).
+
+        ``identity`` says whose ids the spans get (``identity_for`` the run id unless given); a
+        later row with a run id an earlier row has gets its own, and its root links to that row's."""
         warnings: list[str] = []
         quiet = [] if late is not None else warnings
-        trace_id = trace_id_for(run.run_id)
-        root_id = root_span_id_for(run.run_id)
+        ids = identity or identity_for(run.run_id)
         kept = tools[: self._cap]
         fallback_ns = self._run_start_ns(run, warnings)
+        own_start, own_end = self._own_bounds(run, fallback_ns, quiet)
+        # What came after a run was sent incomplete hangs under its completed span, inside that span's time.
+        completion_id = completion_span_id_for(ids.key) if late is not None and late.completed else b""
         spans: list[T] = []
         bounds: list[tuple[int, int]] = []
+        outside, farthest, farthest_id = 0, 0, 0
         for tool in kept:
             sending = late is None or tool.id in late.tool_ids
             times = self._tool_times(tool, fallback_ns, warnings if sending else quiet)
             bounds.append((times[0], times[1]))
             if sending:
-                spans.append(self._tool_span(out, run, tool, trace_id, root_id, times, warnings))
+                parent = completion_id if completion_id and tool.id not in late.first else ids.root_id  # type: ignore[union-attr]
+                spans.append(self._tool_span(out, run, tool, ids, parent, times, warnings))
+                off = times[1] - own_end if times[1] > own_end else times[0] - own_start if times[0] < own_start else 0
+                if abs(off) > OUTSIDE_TOLERANCE_NS:
+                    outside += 1
+                    if abs(off) > abs(farthest):
+                        farthest, farthest_id = off, tool.id
+        if outside:
+            self.times.outside(outside, farthest_id, farthest / 1e9, warnings)
         if late is not None and not late.completed:
             return spans, warnings
-        start_ns, end_ns = self._run_bounds(run, fallback_ns, bounds, quiet)
+        start_ns = min([own_start, *(start for start, _ in bounds)])
+        end_ns = max([own_end, *(end for _, end in bounds)])
         out.begin()
         self._run_attributes(out, run, incomplete, len(tools) - len(kept))
         name = f"{A.OPERATION_INVOKE_AGENT} {self._agent_name}"
-        span_id, parent_id = root_id, b""
+        span_id, parent_id = ids.root_id, b""
         if late is not None:
             out.put(A.RUN_COMPLETED_LATE, True)
-            name, span_id, parent_id = f"{name} {A.COMPLETION_SUFFIX}", completion_span_id_for(run.run_id), root_id
+            name, span_id, parent_id = f"{name} {A.COMPLETION_SUFFIX}", completion_id, ids.root_id
+        elif ids.link is not None:
+            name = f"{name} {A.DUPLICATE_SUFFIX}"
+            out.put(A.RUN_ROW_ID, run.id)
+            out.put(A.RUN_DUPLICATE_OF_ROW_ID, ids.owner_pk)
+            out.link(*ids.link)
         status = self._run_status(run, incomplete, end_ns)
-        spans.insert(0, out.finish((trace_id, span_id, parent_id, name, start_ns, end_ns), status, None))
+        spans.insert(0, out.finish((ids.trace_id, span_id, parent_id, name, start_ns, end_ns), status, None))
         return spans, warnings
 
     def _run_start_ns(self, run: RunRow, warnings: list[str]) -> int:
@@ -132,21 +175,24 @@ class Mapper:
         if start is None:
             warnings.append("diagnosis_run.created_at is not a valid date")
             start = self._epoch_ns(run.updated_at)
-        return start if start is not None else 0
+        if start == 0:
+            self.times.before_epoch(run.created_at, "diagnosis_run.created_at", warnings)
+        return start or 0
 
-    def _run_bounds(self, run: RunRow, start_ns: int, children: list[tuple[int, int]], warnings: list[str]) -> tuple[int, int]:
-        duration = _valid_duration(run.total_duration_ms, warnings, "diagnosis_run", None, "total_duration_ms")
+    def _own_bounds(self, run: RunRow, start_ns: int, warnings: list[str]) -> tuple[int, int]:
+        """The run's own time, before it is widened over its tool rows."""
+        duration = valid_duration(run.total_duration_ms, warnings, "diagnosis_run", None, "total_duration_ms")
         if duration is not None:
-            end_ns = start_ns + duration * _NS_PER_MS
-        else:
-            updated = self._epoch_ns(run.updated_at)
-            end_ns = updated if updated is not None else start_ns
-            if end_ns < start_ns:
-                warnings.append("diagnosis_run.updated_at is before created_at")
-                end_ns = start_ns
-        for child_start, child_end in children:
-            start_ns = min(start_ns, child_start)
-            end_ns = max(end_ns, child_end)
+            return start_ns, start_ns + duration * _NS_PER_MS
+        end_ns = self._epoch_ns(run.updated_at)
+        if end_ns is None:
+            return start_ns, start_ns
+        if end_ns < start_ns:
+            warnings.append("diagnosis_run.updated_at is before created_at")
+            end_ns = start_ns
+        elif end_ns - start_ns > MAX_DURATION_MS * _NS_PER_MS:  # 2099, say: as a duration over a day is
+            warnings.append("diagnosis_run.updated_at is more than a day after created_at; the run ends at its start")
+            end_ns = start_ns
         return start_ns, end_ns
 
     @staticmethod
@@ -193,19 +239,21 @@ class Mapper:
         if at_ns is None:
             warnings.append(f"tool_invocation {tool.id}: created_at is not a valid date")
             at_ns = fallback_ns
-        duration = _valid_duration(tool.duration_ms, warnings, "tool_invocation", tool.id, "duration_ms")
+        elif not at_ns:
+            self.times.before_epoch(tool.created_at, f"tool_invocation {tool.id}: created_at", warnings)
+        duration = valid_duration(tool.duration_ms, warnings, "tool_invocation", tool.id, "duration_ms")
         length_ns = (duration or 0) * _NS_PER_MS
         if self._anchor_start:
             return at_ns, at_ns + length_ns, duration
-        return at_ns - length_ns, at_ns, duration
+        return max(at_ns - length_ns, 0), at_ns, duration
 
     def _tool_span(
         self,
         out: SpanOut[T],
         run: RunRow,
         tool: ToolRow,
-        trace_id: bytes,
-        root_id: bytes,
+        ids: RunIdentity,
+        parent_id: bytes,
         times: tuple[int, int, int | None],
         warnings: list[str],
     ) -> T:
@@ -219,9 +267,9 @@ class Mapper:
         self._tool_attributes(out, run, tool, duration, warnings)
         # A RAG lookup is the conventions' retrieval operation; Jaeger's UI classifies it as one.
         operation = A.OPERATION_RETRIEVAL if tool.retrieval_layer is not None else A.OPERATION_EXECUTE_TOOL
-        span_id = tool_span_id_for(run.run_id, tool.id)
+        span_id = tool_span_id_for(ids.key, tool.id)
         # A message past content.max_length is named as cut, as an attribute past the limits is.
-        head = (trace_id, span_id, root_id, f"{operation} {tool.tool_name}", start_ns, end_ns)
+        head = (ids.trace_id, span_id, parent_id, f"{operation} {tool.tool_name}", start_ns, end_ns)
         return out.finish(head, status, A.EXCEPTION_MESSAGE if cut else None)
 
     def _error_text(self, message: str | None) -> tuple[str, bool]:
@@ -296,20 +344,6 @@ def exception_event(error_type: str, message: str, at_ns: int) -> Event:
     if message:
         attrs += ((A.EXCEPTION_MESSAGE, message),)
     return (A.EXCEPTION_EVENT, at_ns, attrs)
-
-
-def _where(row: str, row_id: int | None, column: str) -> str:
-    # Built only when there is something to say: formatting it per row is measurable.
-    return f"{row}.{column}" if row_id is None else f"{row} {row_id}: {column}"
-
-
-def _valid_duration(value: int | None, warnings: list[str], row: str, row_id: int | None, column: str) -> int | None:
-    if value is None:
-        return None
-    if value < 0 or value > MAX_DURATION_MS:
-        warnings.append(f"{_where(row, row_id, column)} out of range ({value} ms)")
-        return None
-    return value
 
 
 def _compact_json(value: object) -> str:

@@ -24,6 +24,7 @@ from ..source.clock import zone_finding
 from ..source.errors import connect_failure
 from ..source.password_file import readable_by_others
 from ..source.reader import Source, SourceError
+from .check_rows import row_shape_findings
 from .check_schema import FAIL, OK, WARN, Finding, check_column_types, check_columns, check_feedback_index, check_indexes
 
 __all__ = ["FAIL", "OK", "WARN", "Finding", "run_checks"]
@@ -69,6 +70,7 @@ def run_checks(config: Config, clock: Callable[[], float] = time.time) -> Iterat
         yield from _check_clock(config, source, clock)
         yield from _check_feedback_values(config, source)
         yield from _check_checkpoint_ahead(config, source)
+        yield from (Finding(*finding) for finding in row_shape_findings(config, source))
     finally:
         source.close()
     yield from _check_state(config)

@@ -84,7 +84,7 @@ class Daemon:
         service = self._service = build_service(config, alive=self.alive, keep_going=self._holding)
         self.store_lock, self.lease = service.store_lock, service.lease
         self.metrics, self.server = service.metrics, service.server
-        self.poller, self.feedback = service.poller, service.feedback
+        self.poller, self.feedback, self.orphans = service.poller, service.feedback, service.orphans
         # Probed during an export backoff: the poll's own sink, so its answer is the poll's.
         self._sink = service.parts.sink
         self._receiver_seen_down = False
@@ -151,6 +151,7 @@ class Daemon:
         except Exception as exc:
             self._failed(exc)
             return
+        self._orphan_pass()
         try:
             self._feedback_pass()  # records its own failure
         except Exception as exc:
@@ -206,6 +207,16 @@ class Daemon:
                 self._scheduler.remove_job(job_id)
             except JobLookupError:  # removed meanwhile
                 pass
+
+    def _orphan_pass(self) -> None:
+        """After a good poll: tool rows whose run never appeared. It only reads and names them, so a failure
+        is a WARNING and the next poll's look, never a failed tick."""
+        if self.orphans is None:
+            return
+        try:
+            self.orphans.run()
+        except Exception as exc:
+            log.warning("the look for tool rows without their run failed (%s); it is tried again after the next poll", exc)
 
     def _feedback_pass(self) -> None:
         """Every feedback.interval_seconds, after a good poll, in the same tick: never beside a poll.

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..config import Config
-from ..mapping.span_data import trace_id_for
+from ..mapping.span_data import identity_for
 from ..pipeline.feedback import FeedbackResult
 from ..pipeline.results import PollResult
 from ..pipeline.run_export import RunExporter
@@ -48,13 +48,16 @@ def export_run_ids(source: Source, exporter: RunExporter, run_ids: Sequence[str]
     runs: list[RunRow] = []
     waiting, unknown = [], []
     for run_id in dict.fromkeys(run_ids):
-        run = source.run_by_run_id(run_id)
-        if run is None:
+        # Every row with the run id, where the schema lets several have it: each goes out as the duplicate rule says.
+        pks = exporter.shapes.duplicates.row_ids(run_id)
+        rows = source.runs_by_ids(pks) if pks is not None else [row for row in [source.run_by_run_id(run_id)] if row]
+        if not rows:
             unknown.append(run_id)
-        elif is_terminal(run.status) or incomplete:
-            runs.append(run)
-        else:
-            waiting.append(run_id)
+        for run in rows:
+            if is_terminal(run.status) or incomplete:
+                runs.append(run)
+            elif run_id not in waiting:
+                waiting.append(run_id)
     result = exporter.export(runs, {r.id for r in runs if not is_terminal(r.status)}) if runs else None
-    sent = [(r.run_id, trace_id_for(r.run_id).hex()) for r in runs]
+    sent = [(e.run.run_id, (e.identity or identity_for(e.run.run_id)).trace_id.hex()) for e in (result.runs if result else [])]
     return ExportOutcome(sent, waiting, unknown, result.spans if result else 0)

@@ -31,15 +31,18 @@ from ..export.logrecords import LogRecordSender
 from ..export.sending import RequestSender
 from ..export.sinks import ExportError
 from ..export.wire import RunSpans, WireSpans
-from ..mapping.evaluation import Evaluations
+from ..mapping.evaluation import Evaluations, iso_time
 from ..mapping.feedback_vocab import UnmappedFeedback
+from ..mapping.span_data import RunIdentity, completion_span_id_for, identity_for
 from ..sharding import in_shard
 from ..source.reader import Source
 from ..source.rows import FeedbackRow
 from .checkpoint import Checkpoint
+from .duplicates import DuplicateRule, key_of
 from .feedback_window import RATING_COMMIT_SECONDS, AgingWindow
 from .ratings_ledger import SentRating
 from .recorder import Recorder
+from .row_shapes import RowShapes
 from .state_store import StateStore
 
 if TYPE_CHECKING:  # its HTTP client loads only when Phoenix is configured
@@ -76,28 +79,47 @@ class FeedbackSender:
         sender: RequestSender,
         log_records: LogRecordSender | None = None,
         phoenix: PhoenixAnnotations | None = None,
+        shapes: RowShapes | None = None,
     ):
         self.evaluations = evaluations
         self._wire = wire
         self._sender = sender
         self._log_records = log_records
         self._phoenix = phoenix
+        # Whose trace a rating joins (a later row with a run id has its own) and under which span.
+        self._shapes = shapes or RowShapes(DuplicateRule(None))
 
-    def look_again(self) -> None:
-        """Phoenix: the annotations its queue held for roots it lacked, once it is done with them."""
+    def look_again(self, current: Callable[[list[tuple[str, dict]]], list[dict]] | None = None) -> None:
+        """Phoenix: the annotations its queue held for roots it lacked, once it is done with them, those
+        ``current`` keeps (the ratings the state store holds: never an older one)."""
         if self._phoenix is not None:
-            self._phoenix.look_again()
+            self._phoenix.look_again(current)
 
-    def send(self, rows: Sequence[FeedbackRow], sent_before: Mapping[str, SentRating] | None = None) -> None:
-        """Raises when the spans were not acknowledged or Phoenix refused; the caller records nothing then."""
+    def identities(self, rows: Sequence[FeedbackRow]) -> dict[int, RunIdentity]:
+        """The later rows' ids, by primary key: nothing asked where the schema allows one row per run id."""
+        return self._shapes.duplicates.identities(rows)
+
+    def send(
+        self,
+        rows: Sequence[FeedbackRow],
+        sent_before: Mapping[str, SentRating] | None = None,
+        ids: dict[int, RunIdentity] | None = None,
+    ) -> None:
+        """Raises when the spans were not acknowledged or Phoenix refused; the caller records nothing then.
+        ``sent_before`` by ``key_of`` the row; ``ids`` as ``identities`` gives them, found here unless given."""
         evaluations, sent_before = self.evaluations, sent_before or {}
+        ids = self.identities(rows) if ids is None else ids
+        # A run first sent incomplete: its rating hangs under the completed span, whose time it lies in.
+        finished_late = self._shapes.first_sends([row.id for row in rows])
         runs = []
         for row in rows:
-            spans = [self._wire.replay(evaluations.span(row))]
-            before = sent_before.get(row.run_id)
+            own = ids.get(row.id) or identity_for(row.run_id)
+            parent = completion_span_id_for(own.key) if row.id in finished_late else None
+            spans = [self._wire.replay(evaluations.span(row, own, parent))]
+            before = sent_before.get(key_of(row, own))
             # An earlier release kept no rating time, so the old span's id is unknown: no marker then.
             if before is not None and before.rated_at_ns is not None:
-                spans.append(self._wire.replay(evaluations.superseded(row, before.feedback, before.rated_at_ns)))
+                spans.append(self._wire.replay(evaluations.superseded(row, before.feedback, before.rated_at_ns, own)))
             runs.append(RunSpans(row.run_id, spans))
         # The runs' own way: requests under export.max_request_bytes, split when refused, each acknowledgement progress.
         self._sender.send(runs)
@@ -105,9 +127,10 @@ class FeedbackSender:
         for start in range(0, len(rows), 1000):
             chunk = rows[start : start + 1000]
             if self._log_records is not None:
-                self._log_records.send([evaluations.log_record(row) for row in chunk])
+                self._log_records.send([evaluations.log_record(row, ids.get(row.id)) for row in chunk])
             if self._phoenix is not None:
-                self._phoenix.upsert([evaluations.annotation(row) for row in chunk])
+                keys = [key_of(row, ids.get(row.id)) for row in chunk]
+                self._phoenix.upsert([evaluations.annotation(row, ids.get(row.id)) for row in chunk], keys)
 
 
 class FeedbackPass:
@@ -147,7 +170,7 @@ class FeedbackPass:
             raise
 
     def _pass(self) -> FeedbackResult:
-        self._ratings.look_again()
+        self._ratings.look_again(self._current)
         checkpoint = self._store.load()
         if checkpoint is None or (checkpoint.high_water <= checkpoint.start_mark and not checkpoint.taken_over):
             return FeedbackResult()
@@ -156,11 +179,14 @@ class FeedbackPass:
         unsent = checkpoint.pending.keys() | checkpoint.gaps.keys()
         rated = [row for row in self._read(checkpoint, now) if row.id not in unsent and in_shard(row.run_id, self._store.shard)]
         self._unmapped.note(row.feedback for row in rated)
-        sent_before = self._store.sent_feedback([row.run_id for row in rated])
-        changed = [row for row in rated if (before := sent_before.get(row.run_id)) is None or before.feedback != row.feedback]
+        # A later row with a run id an earlier one has keeps its rating under a key of its own.
+        ids = self._ratings.identities(rated)
+        keys = {row.id: key_of(row, ids.get(row.id)) for row in rated}
+        sent_before = self._store.sent_feedback(list(keys.values()))
+        changed = [row for row in rated if (before := sent_before.get(keys[row.id])) is None or before.feedback != row.feedback]
         if changed:
-            self._ratings.send(changed, sent_before)
-        sent = {row.run_id: SentRating(row.feedback, self._ratings.evaluations.rated_at_ns(row)) for row in changed}
+            self._ratings.send(changed, sent_before, ids)
+        sent = {keys[row.id]: SentRating(row.feedback, self._ratings.evaluations.rated_at_ns(row)) for row in changed}
         # A run stays in the ledger as long as a pass may read it.
         self._store.save_feedback(sent, now, now - self._aging.kept_seconds)
         if self._last is not None:
@@ -203,6 +229,17 @@ class FeedbackPass:
 
     def _first_id(self, created_from: float) -> int:
         return self._source.first_id_created_at_or_after(self._naive(created_from))
+
+    def _current(self, queued: list[tuple[str, dict]]) -> list[dict]:
+        """Of the annotations Phoenix's queue held, those still the rating the state store holds."""
+        sent = self._store.sent_feedback([key for key, _item in queued])
+        return [
+            item
+            for key, item in queued
+            if (rating := sent.get(key)) is not None
+            and rating.feedback == item["result"]["label"]
+            and (rating.rated_at_ns is None or iso_time(rating.rated_at_ns) == item["metadata"].get("rated_at"))
+        ]
 
     def _taken_over(self, checkpoint: Checkpoint, window_first: int) -> list[FeedbackRow]:
         """The rated runs below the start mark that the first start took over in flight, and sent: only

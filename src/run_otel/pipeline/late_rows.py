@@ -8,10 +8,17 @@ sent as incomplete by primary key:
 
 - a tool row that was not in the trace is sent as a span of the same trace,
   with the id it would have had at the first export, so nothing else changes;
-- a run sent as incomplete that has finished (and settled) sends its new tool
-  rows and a child of the root, ``invoke_agent {agent} completed``, with the
-  final status and attributes. The root is never sent again: a second root
-  with the same id and other contents is what Jaeger flags as a duplicate.
+- a run sent as incomplete that has finished (and settled) sends a child of the
+  root, ``invoke_agent {agent} completed``, with the final status, attributes and
+  extent, and the tool rows written since under it, inside its time (they wait
+  for the finish, held by the feed; a run whose watch ends unfinished sends them
+  under its root, with a WARNING). The root is never sent again: a second root
+  with the same id and other contents is what Jaeger flags as a duplicate
+  (``first_sends.py`` keeps it for the re-sends of a backfill or ``run-otel export``).
+
+A watch is kept under ``duplicates.key_of`` its run: the run id for the row that
+owns it, which owns every tool row of the run id in any letter case (the feed
+holds them case-folded), and ``run_id#pk`` for a later row, which has none.
 
 A run sent as incomplete is watched for ``poll.run_timeout_seconds`` more (at
 least the window); once finished, for the window from then. Each late row and
@@ -27,8 +34,10 @@ from dataclasses import replace
 
 from ..config import PollConfig
 from ..mapping.spans import Late
+from ..source.clock import FUTURE_TOLERANCE
 from ..source.reader import Source
 from ..source.rows import RunRow, ToolRow, is_terminal
+from .duplicates import is_key_of, key_of
 from .recorder import Recorder
 from .results import ExportedRun
 from .run_export import RunExporter
@@ -59,7 +68,7 @@ class LatePass:
         self._recorder = recorder
         self._clock = clock
         self._source_clock = source.clock
-        # The watches, by run_id: read from the store at the first use, then kept here as it is written.
+        # The watches, by key: read from the store at the first use, then kept here as it is written.
         self._held: dict[str, Watched] | None = None
         # The new tool rows, read once each; the poll's export takes its runs' rows from it too.
         self.feed = ToolFeed(source, store, poll.gap_timeout_seconds, self.watches)
@@ -71,11 +80,12 @@ class LatePass:
         for sent in exported:
             if sent.incomplete:
                 until = now + self._incomplete_window
-            else:
-                until = (sent.settled_at if sent.settled_at is not None else now) + self._window
+            else:  # an updated_at ahead of the clock (2099, say) is watched from now
+                until = min(sent.settled_at if sent.settled_at is not None else now, now) + self._window
                 if until < now:
                     continue
-            out.append(Watched(sent.run.id, sent.run.run_id, frozenset(t.id for t in sent.tools), sent.incomplete, until))
+            key = key_of(sent.run, sent.identity)  # a later row with a run id is kept under its own key
+            out.append(Watched(sent.run.id, key, frozenset(t.id for t in sent.tools), sent.incomplete, until))
         return out
 
     def remember(self, saved: list[Watched]) -> None:
@@ -84,67 +94,83 @@ class LatePass:
             self._held.update((w.run_id, w) for w in saved)
 
     def watches(self) -> dict[str, Watched]:
-        """The runs watched, by run_id: read from the store once, then kept here as it is written."""
+        """The runs watched, by key: read from the store once, then kept here as it is written."""
         if self._held is None:
             self._held = {w.run_id: w for w in self._store.watched(self._clock())}
         return self._held
 
-    def run(self) -> list[ExportedRun]:
-        """Sends what the watched runs added since their export; returns it."""
+    def run(self, offset: float = 0.0) -> list[ExportedRun]:
+        """Sends what the watched runs added since their export; returns it. ``offset``: the database's
+        clock minus this host's, which a run's updated_at is read against."""
         now = self._clock()
         held = self.watches()
-        over = [run_id for run_id, w in held.items() if w.until < now]
-        for run_id in over:
-            del held[run_id]
-        found = self.feed.late(held)
-        completed = self._finished([w for w in held.values() if w.incomplete], now)
-        changed = [w for w in held.values() if w.run_id in found or w.run_pk in completed]
-        if not changed:
-            if over:
-                self._store.save_watch([], [], now, self.feed.mark())  # ends the watches that are over
+        over = [w for w in held.values() if w.until < now]
+        ending = {w.run_id: w for w in over if w.incomplete}  # never finished: what they held goes out now
+        watched = {key: w for key, w in held.items() if w.until >= now}
+        found = self.feed.late({**watched, **ending})
+        completed = self._finished([w for w in watched.values() if w.incomplete], now + offset)
+        # A run sent incomplete keeps its new rows for its completed span, unless its watch ends unfinished.
+        stranded = {w.run_pk for w in ending.values() if w.run_id in found}
+        changed = [
+            *(w for w in watched.values() if w.run_pk in completed or (not w.incomplete and w.run_id in found)),
+            *(w for w in ending.values() if w.run_pk in stranded),
+        ]
+        sent: list[ExportedRun] = []
+        updated: list[Watched] = []
+        gone: list[str] = []
+        if changed:
+            late, gone = self._late_sends(changed, found, completed)
+            sent = self._exporter.send_late(late) if late else []
+            # By primary key: a later row's watch is not under its run id; a run the mapper cannot map is left out.
+            watches = {w.run_pk: w for w in changed}
+            updated = [self._after(watches[item.run.id], item, now) for item in sent if item.run.id not in stranded]
+            self.feed.release((item.run.run_id, item.late.tool_ids if item.late else ()) for item in sent)
+            self.feed.release((key, [row.id for row in found.get(key, [])]) for key in gone)
+        elif not over:
             return []
-        late, gone = self._late_sends(changed, found, completed)
-        sent = self._exporter.send_late(late) if late else []
-        # By run: a run the mapper cannot map at all is left out of what was sent.
-        watches = {w.run_id: w for w in changed}
-        updated = [self._after(watches[item.run.run_id], item, now) for item in sent]
-        self.feed.release((item.run.run_id, item.late.tool_ids if item.late else ()) for item in sent)
-        self.feed.release((run_id, [row.id for row in found.get(run_id, [])]) for run_id in gone)
+        for w in over:  # only once what they held went out: a failed send leaves them for the next pass
+            held.pop(w.run_id, None)
+        for key in gone:
+            held.pop(key, None)
         self._store.save_watch(updated, gone, now, self.feed.mark())
-        for run_id in gone:
-            held.pop(run_id, None)
         self.remember(updated)
-        self._report(sent)
+        self._report(sent, stranded)
         return sent
 
     def _late_sends(
         self, changed: list[Watched], found: dict[str, list[ToolRow]], completed: dict[int, RunRow]
     ) -> tuple[list[tuple[RunRow, list[ToolRow], Late]], list[str]]:
         """What each changed run sends: its rows the trace lacks, and for a finished run sent as incomplete
-        its outcome, whose span covers every tool row; and the runs deleted since (run_ids)."""
+        its outcome, whose span covers every tool row; and the runs deleted since (keys)."""
         runs = {run.id: run for run in self._source.runs_by_ids(w.run_pk for w in changed if w.run_pk not in completed)}
         runs.update(completed)
-        whole = self._source.tools_for(w.run_id for w in changed if w.run_pk in completed)
+        # A finished run's outcome covers all its rows: read by run_id, once, for the owners only.
+        owners = [runs[w.run_pk].run_id for w in changed if w.run_pk in completed and w.run_id == runs[w.run_pk].run_id]
+        whole = self._source.tools_for(owners) if owners else {}
         late: list[tuple[RunRow, list[ToolRow], Late]] = []
         gone: list[str] = []
         for w in changed:
             run = runs.get(w.run_pk)
-            if run is None or run.run_id != w.run_id:
+            if run is None or not is_key_of(w.run_id, run):
                 gone.append(w.run_id)  # deleted since: nothing more to send
                 continue
-            rows = {row.id: row for row in [*whole.get(w.run_id, []), *found.get(w.run_id, [])]}
+            rows = {row.id: row for row in [*whole.get(run.run_id, []), *found.get(w.run_id, [])]}
+            if w.run_id != run.run_id:
+                rows = {}  # a later row with the run id: its tool rows are the owner's
             tools = [rows[i] for i in sorted(rows)]
             late.append((run, tools, Late(frozenset(rows) - w.tool_ids, w.run_pk in completed)))
         return late, gone
 
-    def _finished(self, incomplete: list[Watched], now: float) -> dict[int, RunRow]:
-        """Of the runs sent as incomplete, those now terminal and settled, by primary key."""
+    def _finished(self, incomplete: list[Watched], db_now: float) -> dict[int, RunRow]:
+        """Of the runs sent as incomplete, those now terminal and settled by the database's clock, by primary key."""
         if not incomplete:
             return {}
-        settled_before = now - self._settle
+        settled_before = db_now - self._settle
         out = {}
         for run in self._source.runs_by_ids(w.run_pk for w in incomplete):
             updated = self._source_clock.epoch(run.updated_at)
+            if updated is not None and updated > db_now + FUTURE_TOLERANCE.total_seconds():
+                updated = None  # ahead of the database's clock: settled as seen, as the poll settles it
             if is_terminal(run.status) and (updated is None or updated <= settled_before):
                 out[run.id] = run
         return out
@@ -157,7 +183,7 @@ class LatePass:
             return replace(watched, tool_ids=tool_ids, incomplete=False, until=now + self._window)
         return replace(watched, tool_ids=tool_ids)
 
-    def _report(self, sent: list[ExportedRun]) -> None:
+    def _report(self, sent: list[ExportedRun], stranded: set[int]) -> None:
         for item in sent:
             assert item.late is not None
             late = len(item.late.tool_ids)
@@ -167,6 +193,13 @@ class LatePass:
                     "into its trace",
                     item.run.run_id,
                     item.run.status,
+                    late,
+                )
+            elif item.run.id in stranded:
+                log.warning(
+                    "run %s, sent as incomplete, did not finish while watched: its %d tool row(s) written since were sent "
+                    "under its root, outside its time",
+                    item.run.run_id,
                     late,
                 )
             elif late:

@@ -16,6 +16,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 
 from ..config import PollConfig
+from ..mapping.times import FUTURE_UPDATED_AT
 from ..sharding import in_shard
 from ..source.clock import zone_finding
 from ..source.reader import Source, SourceError
@@ -30,6 +31,7 @@ from .recorder import Recorder
 from .results import PollResult
 from .run_export import RunExporter
 from .state_store import StateStore
+from .tool_feed import ToolFeed
 from .transitions import Classified, Rules, cut, in_flight_since, initial_checkpoint, take_over
 
 log = logging.getLogger(__name__)
@@ -72,6 +74,11 @@ class Poller:
         # time.monotonic() of the last batch started or finished, for liveness.
         self.progress_at = time.monotonic()
 
+    @property
+    def feed(self) -> ToolFeed | None:
+        """The new tool rows, read once each, when the late-row watch is on."""
+        return self._late.feed if self._late is not None else None
+
     def poll(self, late: bool = True) -> PollResult:
         """Batches until the backlog is drained (or a stop is requested), then, with ``late``, the
         late-row watch and the backlog gauges: a wake-up for a settling run (``late`` False) sends
@@ -82,7 +89,7 @@ class Poller:
             self._measure_offset()
             self._drain(total, late)
             if late and self._late is not None and not self.stop_requested.is_set():
-                self._late.run()
+                self._late.run(self._offset)
         except Exception:
             self._recorder.poll_finished(
                 self._clock() - started, ok=False, pending=self._checkpoint_pending, oldest_pending=self._oldest_pending()
@@ -137,7 +144,7 @@ class Poller:
     def _batches(self, checkpoint: Checkpoint) -> Iterator[Batch]:
         """Each batch's runs and tool rows, from where the one before would leave the checkpoint: pure
         reads, run in the read-ahead thread."""
-        feed = self._late.feed if self._late is not None else None
+        feed = self.feed
         while not self.stop_requested.is_set():
             now = self._clock() + self._offset  # the database's time: settle and timeouts compare its timestamps
             batch = self._reader.read(checkpoint, now, self._rules)
@@ -168,7 +175,7 @@ class Poller:
             if run.id <= following.high_water:
                 self._exporter.note_status(run.status)
         acked_at = self._clock()
-        late, feed = self._late, self._late.feed if self._late is not None else None
+        late, feed = self._late, self.feed
         watched = late.watch(result.runs, acked_at) if late is not None else None
         self._store.save(following, acked_at, watched, feed.mark(watched or ()) if feed is not None else None)
         if feed is not None:
@@ -177,6 +184,7 @@ class Poller:
             late.remember(watched)
         self._high_water = following.high_water
         self._log_incomplete(batch.decided, result)
+        self._log_ahead(batch.decided, result)
         result.pending, result.gaps, result.batches = len(following.pending), len(following.gaps), 1
         self._checkpoint_pending, self._waiting_since = result.pending, min(following.pending.values(), default=None)
         result.full_batch = batch.full and not result.interrupted
@@ -201,6 +209,22 @@ class Poller:
                     decided.stuck_seconds.get(run.id, 0.0),
                     self._rules.run_timeout_seconds,
                 )
+
+    def _log_ahead(self, decided: Classified, result: PollResult) -> None:
+        """One line per finished run whose updated_at lay ahead of the database's clock: it settled as seen."""
+        sent = {exported.run.id for exported in result.runs}
+        ahead = [run for run in decided.to_export if run.id in decided.ahead and run.id in sent]
+        for run in ahead:
+            log.warning(
+                "run %s: updated_at %s lies %.0fs ahead of the database's clock; settled by the database's clock, "
+                "%gs after it was seen (poll.settle_seconds)",
+                run.run_id,
+                run.updated_at,
+                decided.ahead[run.id],
+                self._rules.settle_seconds,
+            )
+        if ahead:
+            self._recorder.odd_times(FUTURE_UPDATED_AT, len(ahead))
 
     def _record_backlog(self) -> None:
         """What is left after the poll: run ids above the checkpoint, and how much newer they are."""

@@ -46,6 +46,15 @@ class Recorder:
 
     def spans_dropped(self, reason: str, count: int) -> None: ...
 
+    def duplicate_runs(self, count: int) -> None:
+        """Later rows with a run id an earlier row has, sent as traces of their own (``duplicates.py``)."""
+
+    def odd_times(self, kind: str, count: int) -> None:
+        """Times read by a documented rule rather than as written (``mapping/times.py``), by kind."""
+
+    def orphan_rows(self, count: int) -> None:
+        """Tool rows whose run did not appear within ``poll.orphan_wait_seconds`` (``orphans.py``)."""
+
     def checkpoint_ahead(self, runs: int) -> None: ...
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ..mapping.span_data import RunIdentity
 from ..mapping.spans import Late
 from ..source.rows import RunRow, ToolRow
 
@@ -19,6 +20,8 @@ class ExportedRun:
     settled_at: float | None = None
     # Set when this was a later send of a run exported before: what it added.
     late: Late | None = None
+    # Set for a later row with a run id an earlier row has: the ids of its own (pipeline/duplicates.py).
+    identity: RunIdentity | None = None
 
     @property
     def late_tools(self) -> list[ToolRow]:

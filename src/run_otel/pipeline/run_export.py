@@ -4,6 +4,7 @@ meaning, map it to spans, and send the spans in requests under the size limit.""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from threading import Event
@@ -11,12 +12,16 @@ from typing import Any
 
 from ..export.sending import Interrupted, RequestSender, Sent
 from ..export.wire import RunEncoder, RunSpans
+from ..mapping.span_data import RunIdentity
 from ..mapping.spans import Late
 from ..source.reader import Source
 from ..source.readings import read_rows
 from ..source.rows import TERMINAL_STATUSES, RunRow, ToolRow, is_terminal
+from .duplicates import DuplicateRule
+from .first_sends import Sent as SentIncomplete
 from .recorder import Recorder
 from .results import ExportedRun, PollResult
+from .row_shapes import Entry, Noted, RowShapes, cut_by_limit
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +40,7 @@ class Prepared:
     spans: list[RunSpans] = field(default_factory=list)
     warned: list[tuple[str, str]] = field(default_factory=list)  # run id, warning
     skipped: list[tuple[str, str, int]] = field(default_factory=list)  # run id, why, its tool rows
+    noted: Noted = field(default_factory=Noted)  # duplicates, cuts, odd times, first incomplete sends
 
     @property
     def warnings(self) -> int:
@@ -49,13 +55,17 @@ class Prepared:
 class RunExporter:
     """Shared by the poller, the backfill and ``run-otel export``: the one way a run is sent."""
 
-    def __init__(self, source: Source, runs: RunEncoder, sender: RequestSender, recorder: Recorder):
+    def __init__(
+        self, source: Source, runs: RunEncoder, sender: RequestSender, recorder: Recorder, shapes: RowShapes | None = None
+    ):
         self._source = source
         self._runs = runs
         self._sender = sender
         self._clock = source.clock
         self._recorder = recorder
         self._unknown_statuses: set[str | None] = set()
+        # Without it every row owns its run id and nothing was sent incomplete before.
+        self.shapes = shapes or RowShapes(DuplicateRule(None))
 
     def export(
         self,
@@ -76,29 +86,55 @@ class RunExporter:
         """Reads and maps ``runs`` with their tools into their spans' bytes, ready to ``deliver``."""
         if tools is None:
             tools = self._source.tools_for(r.run_id for r in runs) if runs else {}
-        return self._prepare([(row, tools.get(row.run_id, []), row.id in incomplete_ids, None) for row in runs])
+        return self._prepare(self.shapes.plan(runs, tools, incomplete_ids))
 
     def send_late(self, runs: Sequence[tuple[RunRow, Sequence[ToolRow], Late]]) -> list[ExportedRun]:
         """Sends what exported runs add later (``Mapper.map_into`` with ``late``): the same path as a
         first send, but for what it sends. Raises ExportError unless acked; returns the runs as read."""
-        return self.deliver(self._prepare([(row, tools, False, late) for row, tools, late in runs])).runs
+        return self.deliver(self._prepare(self.shapes.plan_late(runs))).runs
 
-    def _prepare(self, entries: list[tuple[RunRow, Sequence[ToolRow], bool, Late | None]]) -> Prepared:
+    def _prepare(self, entries: list[Entry]) -> Prepared:
         prepared = Prepared()
-        for row, tool_rows, incomplete, late in entries:
+        for row, tool_rows, incomplete, late, identity, first_root in entries:
             warnings: list[str] = []
             if late is not None and not late.completed:  # only the late rows are sent
                 tool_rows = [tool for tool in tool_rows if tool.id in late.tool_ids]
             quiet = () if late is None else {tool.id for tool in tool_rows} - late.tool_ids
             run, run_tools = read_rows(row, tool_rows, warnings, quiet)
-            one = self._map(run, run_tools, incomplete, late, warnings, prepared.skipped)
+            one = self._map(run, run_tools, incomplete, late, warnings, prepared.skipped, identity)
             if one is None:
                 continue
+            self._note(prepared.noted, run, run_tools, incomplete, late, identity, one, first_root)
             prepared.warned += [(run.run_id, warning) for warning in warnings]
             settled_at = self._clock.epoch(run.updated_at)
-            prepared.runs.append(ExportedRun(run, run_tools, incomplete, len(one.encoded), settled_at, late))
+            sent_late = late if first_root is None else None  # a re-send as first sent is a whole send
+            prepared.runs.append(ExportedRun(run, run_tools, incomplete, len(one.encoded), settled_at, sent_late, identity))
             prepared.spans.append(one)
+        prepared.noted.add_times(self._runs.mapper.times.take())
         return prepared
+
+    def _note(
+        self,
+        noted: Noted,
+        run: RunRow,
+        tools: list[ToolRow],
+        incomplete: bool,
+        late: Late | None,
+        identity: RunIdentity | None,
+        one: RunSpans,
+        first_root: bytes | None,
+    ) -> None:
+        """What the run's send adds besides its spans: its first root before them, the first incomplete
+        send to record, a later row with its run id, the tool rows past the span limit."""
+        if first_root is not None:
+            one.encoded.insert(0, first_root)
+        elif incomplete and late is None:
+            noted.first_sends.append(SentIncomplete(run.id, run.run_id, one.encoded[0], frozenset(tool.id for tool in tools)))
+        if identity is not None and identity.duplicate and late is None:
+            noted.duplicates.append((run.run_id, run.id, identity.owner_pk, identity.trace_id.hex()))
+        limit = self._runs.mapper.span_cap
+        if cut := cut_by_limit(tools, late, limit):
+            noted.cuts.append((run.run_id, cut, limit))
 
     def deliver(self, prepared: Prepared, stop: Event | None = None) -> PollResult:
         """Sends what ``prepare`` made; raises ExportError unless all was acked. It maps nothing
@@ -108,6 +144,7 @@ class RunExporter:
             sent = self._sender.send(prepared.spans, stop)
         except Interrupted as cut:
             return self._interrupted(prepared, cut.sent)
+        self.shapes.acknowledged(prepared.noted, time.time())
         self._report(prepared)
         result = PollResult()
         result.warnings = prepared.warnings
@@ -121,6 +158,10 @@ class RunExporter:
         """The runs acknowledged whole before a stop, and those not: their spans go out again after the restart."""
         result = PollResult(interrupted=True)
         result.runs, result.unsent = prepared.runs[: sent.runs], [one.run for one in prepared.runs[sent.runs :]]
+        # The incomplete roots acknowledged are recorded as first sent: a re-send must send the same bytes.
+        acked = {one.run.id for one in result.runs}
+        first = [one for one in prepared.noted.first_sends if one.run_pk in acked]
+        self.shapes.acknowledged(Noted(first_sends=first), time.time())
         result.run_count, result.spans = len(result.runs), sum(one.span_count for one in result.runs)
         result.rejected_spans, result.dropped_spans = sent.rejected, sent.dropped
         return result
@@ -133,6 +174,7 @@ class RunExporter:
         for run_id, failure, tools in prepared.skipped:
             log.warning("run %s: cannot be mapped (%s); skipped with its %d tool row(s)", run_id, failure, tools)
             self._recorder.spans_dropped(UNMAPPABLE, 1 + tools)
+        prepared.noted.tell(self._recorder)
 
     def _map(
         self,
@@ -142,19 +184,20 @@ class RunExporter:
         late: Late | None,
         warnings: list[str],
         skipped: list[tuple[str, str, int]],
+        identity: RunIdentity | None = None,
     ) -> RunSpans | None:
         """The run's spans, its mapping's warnings added to ``warnings``; a value the mapper still
         refuses is left out, naming its column, and a run that cannot be mapped even so is added to
         ``skipped``: never an error that stops the poll."""
         try:
-            one, mapped_warnings = self._runs.encode(run, tools, incomplete, late)
+            one, mapped_warnings = self._runs.encode(run, tools, incomplete, late, identity)
             warnings += mapped_warnings
             return one
         except Exception as exc:  # one row must never stop the runs behind it
             failure = f"{exc.__class__.__name__}: {exc}"
         for where, run_without, tools_without in _each_value_left_out(run, tools):
             try:
-                one, mapped_warnings = self._runs.encode(run_without, tools_without, incomplete, late)
+                one, mapped_warnings = self._runs.encode(run_without, tools_without, incomplete, late, identity)
             except Exception:  # the next value left out may be the one
                 continue
             warnings.append(f"{where} could not be mapped ({failure}); left out")

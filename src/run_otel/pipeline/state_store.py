@@ -1,10 +1,13 @@
 """The state store: any SQLAlchemy database (default a SQLite file) holding where each shard
-stands (``checkpoint.py``), the runs watched after their export (``watch.py``) and the ratings
-sent (``ratings_ledger.py``), in the tables of ``state_tables.py``.
+stands (``checkpoint.py``), the runs watched after their export (``watch.py``), the ratings
+sent (``ratings_ledger.py``), the runs sent incomplete as first sent (``first_sends.py``) and the
+look for orphan tool rows (``orphans.py``), in the tables of ``state_tables.py``.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from sqlalchemy import select
@@ -14,10 +17,13 @@ from sqlalchemy.exc import SQLAlchemyError
 from ..config import StateConfig
 from ..sharding import Shard, shard_name
 from ..source.engine import make_engine, safe_url
+from . import first_sends as first_sends_table
 from . import ratings_ledger, state_tables, watch
 from .checkpoint import FORMAT_VERSION, Checkpoint
+from .first_sends import FirstSend, Sent
+from .orphan_scan import OrphanScan
 from .ratings_ledger import SentRating
-from .state_tables import checkpoint_table
+from .state_tables import checkpoint_table, orphan_table
 from .watch import ToolMark, Watched
 
 
@@ -150,6 +156,50 @@ class StateStore:
                     watch.record_mark(conn, self.name, tools, now)
         except SQLAlchemyError as exc:
             raise self._failed("cannot save the runs watched", exc) from None
+
+    # -- runs sent incomplete, as first sent -------------------------------------------
+
+    def first_sends(self, run_pks: Iterable[int]) -> dict[int, FirstSend]:
+        """How those of ``run_pks`` sent incomplete were first sent, by primary key."""
+        try:
+            with self.engine.connect() as conn:
+                return first_sends_table.of(conn, run_pks)
+        except SQLAlchemyError as exc:
+            raise self._failed("is unreadable", exc) from None
+
+    def save_first_sends(self, sent: Sequence[Sent], now: float) -> None:
+        """Records the runs just sent incomplete for the first time, once acknowledged."""
+        if not sent:
+            return
+        try:
+            with self.engine.begin() as conn:
+                first_sends_table.record(conn, sent, now)
+        except SQLAlchemyError as exc:
+            raise self._failed("cannot save the runs sent incomplete", exc) from None
+
+    # -- the look for orphan tool rows -----------------------------------------------
+
+    def orphan_scan(self, name: str | None = None) -> OrphanScan | None:
+        """This shard's (or ``name``'s) look for tool rows whose run never appears; None before the first."""
+        try:
+            with self.engine.connect() as conn:
+                row = conn.execute(select(orphan_table).where(orphan_table.c.shard == (name or self.name))).first()
+        except SQLAlchemyError as exc:
+            raise self._failed("is unreadable", exc) from None
+        if row is None:
+            return None
+        found = json.loads(row.found)
+        return OrphanScan(int(row.tool_cursor), found.get("runs", {}), int(found.get("others", 0)))
+
+    def save_orphan_scan(self, scan: OrphanScan, now: float) -> None:
+        values = {"tool_cursor": scan.cursor, "found": json.dumps({"runs": scan.runs, "others": scan.others}), "saved_at": now}
+        try:
+            with self.engine.begin() as conn:
+                where = orphan_table.c.shard == self.name
+                if not conn.execute(orphan_table.update().where(where).values(**values)).rowcount:
+                    conn.execute(orphan_table.insert().values(shard=self.name, **values))
+        except SQLAlchemyError as exc:
+            raise self._failed("cannot save the look for orphan tool rows", exc) from None
 
     def _failed(self, what: str, exc: SQLAlchemyError) -> StateStoreError:
         """The error for a store that failed mid-use. Its pooled connections are dropped, so a

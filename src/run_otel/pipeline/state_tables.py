@@ -1,16 +1,32 @@
 """The state store's tables, and the changes made in place to tables of earlier releases.
 
-Four tables, one row per shard or per run and shard: ``run_otel_checkpoint`` (where the
+Six tables, one row per shard, per run and shard, or per run: ``run_otel_checkpoint`` (where the
 poller stands), ``run_otel_feedback`` (the ratings sent, ``ratings_ledger.py``),
-``run_otel_watch`` (the runs kept complete after their export, ``watch.py``) and
-``run_otel_tool_cursor`` (the highest tool id the watch read, ``tool_feed.py``).
+``run_otel_watch`` (the runs kept complete after their export, ``watch.py``),
+``run_otel_tool_cursor`` (the highest tool id the watch read, ``tool_feed.py``),
+``run_otel_incomplete`` (the runs sent incomplete, as first sent, ``first_sends.py``) and
+``run_otel_orphans`` (the look for tool rows whose run never appears, ``orphans.py``).
 """
 
 from __future__ import annotations
 
 import logging
 
-from sqlalchemy import BigInteger, Boolean, Column, Engine, Float, Integer, MetaData, String, Table, Text, inspect, text
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    Engine,
+    Float,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    Text,
+    inspect,
+    text,
+)
 from sqlalchemy.exc import SQLAlchemyError
 
 log = logging.getLogger(__name__)
@@ -69,6 +85,30 @@ tool_cursor_table = Table(
     Column("shard", String(64), primary_key=True),
     Column("high", BigInteger, nullable=False),
     Column("gaps", Text, nullable=False),
+    Column("saved_at", Seconds, nullable=False),
+)
+
+# The runs sent incomplete, one row each by primary key: the root as it was first sent (its span's
+# bytes) and the tool rows sent with it, so that a re-send (a backfill, `export`, a rewind) sends the
+# run as it was first sent, then its completed span (first_sends.py).
+incomplete_table = Table(
+    "run_otel_incomplete",
+    metadata,
+    Column("run_pk", BigInteger, primary_key=True, autoincrement=False),
+    Column("run_id", String(128), nullable=False),
+    Column("root", LargeBinary(16 * 1024 * 1024), nullable=False),
+    Column("tool_ids", Text, nullable=False),
+    Column("sent_at", Seconds, nullable=False),
+)
+
+# Each shard's look for tool rows whose run never appears (orphans.py): the tool id it has looked
+# up to, and what it found (JSON), which `run-otel check` names.
+orphan_table = Table(
+    "run_otel_orphans",
+    metadata,
+    Column("shard", String(64), primary_key=True),
+    Column("tool_cursor", BigInteger, nullable=False),
+    Column("found", Text, nullable=False),
     Column("saved_at", Seconds, nullable=False),
 )
 

@@ -18,6 +18,9 @@ most ``HELD_ROWS`` rows are held: past that, the oldest rows of runs not watched
 the floor rises, and those runs read them by ``run_id`` at their export. A feed more than
 ``BEHIND_ROWS`` rows behind (the daemon was stopped for a while) skips to the newest tool id, and
 reads the rows of the runs watched then by ``run_id``, once.
+
+The look for tool rows whose run never appears (``orphans.py``) takes from here the rows held
+longest, of runs neither sent nor watched: it reads no tool row itself.
 """
 
 from __future__ import annotations
@@ -61,7 +64,9 @@ class ToolFeed:
         self._gaps: dict[int, float] = {}
         # run_id case-folded (MySQL's collations compare so) -> tool id -> row
         self._held: dict[str, dict[int, ToolRow]] = {}
+        self._since: dict[str, float] = {}  # run_id case-folded -> when its first held row was read
         self._count = 0
+        self.begun: int | None = None  # the highest id read before this process read any
 
     # -- reading ----------------------------------------------------------------
 
@@ -75,6 +80,8 @@ class ToolFeed:
         found = self._source.tools_by_ids(gaps) if gaps else []
         with self._lock:
             self._found(found, now)
+            if self.begun is None:
+                self.begun = self._high
         read = 0
         while True:
             assert self._high is not None
@@ -110,7 +117,7 @@ class ToolFeed:
             if row.id > last + 1:
                 skipped.append((last + 1, row.id))
             last = row.id
-            self._hold(row)
+            self._hold(row, now)
         room = MAX_NEW_GAPS  # more missing ids than this is a deletion: track only the last of them
         for first, end in reversed(skipped):
             for gap in range(end - 1, max(first, end - room) - 1, -1):
@@ -120,11 +127,14 @@ class ToolFeed:
                 break
         self._high = last
 
-    def _hold(self, row: ToolRow) -> None:
+    def _hold(self, row: ToolRow, now: float = 0.0) -> None:
         run_id = row.run_id
         if run_id is None or not in_shard(run_key(run_id), self._store.shard):
             return  # no run of this shard's: no trace to send it into
-        held = self._held.setdefault(run_key(run_id).casefold(), {})
+        key = run_key(run_id).casefold()
+        if key not in self._held:
+            self._since[key] = now
+        held = self._held.setdefault(key, {})
         if row.id not in held:
             self._count += 1
         held[row.id] = row
@@ -133,7 +143,7 @@ class ToolFeed:
         """The gaps that committed since are held like new rows; those missed for the window are given up."""
         for row in rows:
             self._gaps.pop(row.id, None)
-            self._hold(row)
+            self._hold(row, now)
         for gap in [gap for gap, seen in self._gaps.items() if now - seen >= self._gap_timeout]:
             del self._gaps[gap]
 
@@ -217,6 +227,26 @@ class ToolFeed:
                         self._count -= 1
                 if held is not None and not held:
                     del self._held[run_key(run_id).casefold()]
+
+    def unclaimed(self, seen_before: float, decided: Callable[[str], bool]) -> dict[str, list[ToolRow]]:
+        """The rows held since before ``seen_before``, by case-folded run_id, of runs not watched and not
+        ``decided``: runs not sent yet, still running or never written."""
+        with self._lock:
+            for key in [key for key in self._since if key not in self._held]:
+                del self._since[key]
+            watched = {run_id.casefold() for run_id in self._watched()}
+            return {
+                key: [held[i] for i in sorted(held)]
+                for key, held in self._held.items()
+                if self._since[key] <= seen_before and key not in watched and not decided(key)
+            }
+
+    def lowest_open(self, decided: Callable[[str], bool]) -> int | None:
+        """The lowest id held of a run not watched and not ``decided``; None when there is none."""
+        with self._lock:
+            watched = {run_id.casefold() for run_id in self._watched()}
+            ids = [min(held) for key, held in self._held.items() if held and key not in watched and not decided(key)]
+            return min(ids, default=None)
 
     def mark(self, starting: Iterable[Watched] = ()) -> ToolMark | None:
         """What the state store keeps: the highest id read, lowered below any row that a watched

@@ -11,10 +11,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ..config import PollConfig
-from ..source.clock import SourceClock
+from ..source.clock import FUTURE_TOLERANCE, SourceClock
 from ..source.rows import RunRow, is_terminal
 from .checkpoint import Checkpoint
 
+# An updated_at further ahead of the database's clock than this is a bad value, not a clock's jitter.
+FUTURE_TOLERANCE_SECONDS = FUTURE_TOLERANCE.total_seconds()
 # More missing ids than this in one batch is a deletion, not in-flight commits.
 MAX_NEW_GAPS = 10_000
 
@@ -106,6 +108,8 @@ class Classified:
     stuck_seconds: dict[int, float] = field(default_factory=dict)
     # When the first finished-but-unsettled run becomes exportable (Unix time).
     next_settle_at: float | None = None
+    # Finished runs sent whose updated_at lay ahead of the database's clock, settled as seen: seconds ahead.
+    ahead: dict[int, float] = field(default_factory=dict)
 
 
 def classify(
@@ -125,10 +129,15 @@ def classify(
             continue
         if is_terminal(run.status):
             updated = clock.epoch(run.updated_at)
-            if updated is not None and updated > now and not rules.trust_timestamps:
-                updated = first_seen  # in the future under a wrong source.timezone: settle from when it was seen
+            ahead = updated - now if updated is not None else 0.0
+            if ahead > 0 and (not rules.trust_timestamps or ahead > FUTURE_TOLERANCE_SECONDS):
+                # Ahead of the database's clock (2099, or a wrong source.timezone): it would never settle
+                # by its own updated_at, so it settles by the database's clock, from when it was seen.
+                updated = first_seen
             if updated is None or updated <= settled_before:
                 out.to_export.append(run)
+                if rules.trust_timestamps and ahead > FUTURE_TOLERANCE_SECONDS:
+                    out.ahead[run.id] = ahead
             else:
                 checkpoint.pending[run.id] = first_seen
                 ready_at = updated + rules.settle_seconds

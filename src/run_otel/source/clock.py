@@ -23,6 +23,9 @@ FUTURE_TOLERANCE = timedelta(minutes=2)
 MATCH_TOLERANCE = timedelta(minutes=5)
 # ... when the configured zone makes it at least this old.
 STALE_AFTER = timedelta(minutes=30)
+# No zone is further from UTC than this (UTC-12 to UTC+14): a row further ahead holds a bad time
+# (2099, say), which the poll settles and names by run, not a wrong zone.
+WIDEST_OFFSET = timedelta(hours=14)
 
 # Zones to name for an offset, most likely first; others fall back to Etc/GMT±N.
 _COMMON_ZONES = (
@@ -46,22 +49,29 @@ _COMMON_ZONES = (
 
 
 class SourceClock:
-    """Naive source DATETIMEs as Unix time, in ``source.timezone``."""
+    """Naive source DATETIMEs as Unix time, in ``source.timezone``.
+
+    A time before the Unix epoch reads as the epoch (OTLP times are unsigned; the mapper
+    warns). A local time the zone repeats (the hour before clocks go back) reads as its
+    first occurrence, and one it skips (the hour clocks jump over) with the offset in force
+    before the change: Python's ``fold=0`` (``local_shifts`` says which times those are)."""
 
     def __init__(self, zone_name: str):
         self.zone_name = zone_name
         self.zone = ZoneInfo(zone_name)
         self._utc = zone_name in ("UTC", "Etc/UTC")
+        self.local_shifts = LocalShifts(self.zone)
 
     def epoch_ns(self, value: object) -> int | None:
-        """A naive DATETIME as Unix nanoseconds; None if not a date."""
+        """A naive DATETIME as Unix nanoseconds (0 for a time before the epoch); None if not a date."""
         if not isinstance(value, datetime):
             return None
         if value.tzinfo is None and self._utc:
             delta = value - _NAIVE_EPOCH  # the common case, without building an aware datetime
         else:
             delta = (value.replace(tzinfo=self.zone) if value.tzinfo is None else value) - _EPOCH
-        return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1_000
+        ns = (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1_000
+        return ns if ns > 0 else 0
 
     def epoch(self, value: object) -> float | None:
         ns = self.epoch_ns(value)
@@ -73,6 +83,67 @@ class SourceClock:
 
     def offset(self, naive: datetime) -> timedelta:
         return naive.replace(tzinfo=self.zone).utcoffset() or timedelta(0)
+
+
+REPEATED, MISSING = "repeated", "missing"
+
+
+class LocalShifts:
+    """The local times a zone repeats or skips when its offset changes (daylight saving time).
+
+    Found once per year asked, from the zone's own offsets, day by day in UTC; a time is
+    then told by a lookup, so only the few values in such an hour cost more than that."""
+
+    def __init__(self, zone: ZoneInfo):
+        self._zone = zone
+        self.fixed = zone.key in ("UTC", "Etc/UTC") or zone.key.startswith("Etc/")
+        self._years: dict[int, list[tuple[datetime, datetime, str]]] = {}
+
+    def kind(self, value: datetime) -> str | None:
+        """REPEATED or MISSING for a naive local time the zone repeats or skips, else None."""
+        if self.fixed:
+            return None
+        shifts = self._years.get(value.year)
+        if shifts is None:
+            shifts = self._years[value.year] = self._shifts_in(value.year)
+        for start, end, kind in shifts:
+            if start <= value < end:
+                return kind
+        return None
+
+    def _shifts_in(self, year: int) -> list[tuple[datetime, datetime, str]]:
+        if not 1900 <= year <= 2200:  # beyond what the zone database says anything about
+            return []
+        out = []
+        at = datetime(year, 1, 1, tzinfo=UTC) - timedelta(days=1)
+        last = datetime(year + 1, 1, 1, tzinfo=UTC) + timedelta(days=1)
+        offset = self._offset(at)
+        while at < last:
+            after = at + timedelta(days=1)
+            new = self._offset(after)
+            if new != offset:
+                change = self._change(at, after, offset)  # the first instant at the new offset
+                local = change.replace(tzinfo=None)
+                if new < offset:
+                    out.append((local + new, local + offset, REPEATED))
+                else:
+                    out.append((local + offset, local + new, MISSING))
+                offset = new
+            at = after
+        return out
+
+    def _offset(self, at: datetime) -> timedelta:
+        return at.astimezone(self._zone).utcoffset() or timedelta(0)
+
+    def _change(self, before: datetime, after: datetime, offset: timedelta) -> datetime:
+        """The first second in (before, after] whose offset is not ``offset``."""
+        while after - before > timedelta(seconds=1):
+            middle = before + (after - before) / 2
+            if self._offset(middle) == offset:
+                before = middle
+            else:
+                after = middle
+        return after.replace(microsecond=0)
 
 
 @dataclass(frozen=True)
@@ -128,6 +199,8 @@ def zone_finding(sample: ClockSample, clock: SourceClock) -> ZoneFinding | None:
     """Evidence that ``source.timezone`` is wrong, or None when the rows fit it."""
     configured_now = sample.db_utc + clock.offset(sample.newest)  # "now" as the agent would write it
     ahead = sample.newest - configured_now
+    if ahead > WIDEST_OFFSET + FUTURE_TOLERANCE:
+        return None
     if ahead > FUTURE_TOLERANCE:
         return ZoneFinding(
             f"the newest run (id {sample.run_id}, {sample.newest:%Y-%m-%d %H:%M:%S}) lies {_span(ahead)} in the future "

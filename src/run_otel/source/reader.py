@@ -124,6 +124,8 @@ class Source:
         except self._read_errors as exc:
             raise read_failed(exc, self.describe(), self._statement_timeout, self._evidence_at is not None) from None
 
+    fetch = _fetch  # for the reads of the modules beside this one (run_ids.py), with the same errors
+
     # -- runs ---------------------------------------------------------------
 
     def max_run_id(self) -> int:

@@ -100,6 +100,26 @@ LATE_ROWS = Instrument(
     "Rows sent into a trace after its first export: tool rows committed late, and the finish of a run sent as incomplete.",
     ("kind",),
 )
+DUPLICATE_RUNS = Instrument(
+    "run_otel.duplicate.runs",
+    COUNTER,
+    "{run}",
+    "Later diagnosis_run rows with the run id of an earlier one (in any letter case), sent as traces of their own.",
+)
+ORPHAN_ROWS = Instrument(
+    "run_otel.orphan.rows",
+    COUNTER,
+    "{row}",
+    "Tool rows whose run had not appeared poll.orphan_wait_seconds after they were seen: named in the log and by check.",
+)
+ODD_TIMES = Instrument(
+    "run_otel.row.odd_times",
+    COUNTER,
+    "{value}",
+    "Times read by a documented rule rather than as written: a future updated_at, a time before the epoch, a tool "
+    "call outside its run, a local time repeated or skipped by a daylight-saving change.",
+    ("kind",),
+)
 PENDING_DELETED = Instrument(
     "run_otel.pending.deleted",
     COUNTER,
@@ -152,6 +172,9 @@ HEALTH_INSTRUMENTS = (
     REJECTED_SPANS,
     DROPPED_SPANS,
     LATE_ROWS,
+    DUPLICATE_RUNS,
+    ORPHAN_ROWS,
+    ODD_TIMES,
     PENDING_DELETED,
     CLOCK_OFFSET,
     ZONE_SUSPECT,

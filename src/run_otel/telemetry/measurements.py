@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
-from ..mapping.span_data import MAX_DURATION_MS, root_span_id_for, tool_span_id_for, trace_id_for
+from ..mapping.span_data import MAX_DURATION_MS, identity_for, tool_span_id_for
 from ..pipeline.results import ExportedRun
 from ..source.rows import (
     INTENTS,
@@ -57,7 +57,8 @@ def run_measurements(exported: ExportedRun, feedback_label: FeedbackLabel) -> It
     """Every counter increment and histogram observation one exported run makes."""
     run = exported.run
     status, intent = label(run.status, STATUSES), label(run.intent, INTENTS)
-    trace_id, root_id = trace_id_for(run.run_id), root_span_id_for(run.run_id)
+    ids = exported.identity or identity_for(run.run_id)  # a later row with a run id has its own trace
+    trace_id, root_id = ids.trace_id, ids.root_id
     outcome = label(run.release_outcome, _OUTCOMES)
     yield Measurement(I.RUNS, (status, intent, outcome), 1, trace_id, root_id, status == "FAILED")
     if run.total_duration_ms is not None and 0 <= run.total_duration_ms <= MAX_DURATION_MS:
@@ -69,7 +70,7 @@ def run_measurements(exported: ExportedRun, feedback_label: FeedbackLabel) -> It
     if run.total_token_count:
         yield Measurement(I.RUN_TOKENS, (intent,), max(run.total_token_count, 0), trace_id, root_id)
     for tool in exported.tools:
-        yield from tool_measurements(tool, trace_id, tool_span_id_for(run.run_id, tool.id))
+        yield from tool_measurements(tool, trace_id, tool_span_id_for(ids.key, tool.id))
 
 
 def tool_measurements(tool: ToolRow, trace_id: bytes, span_id: bytes) -> Iterator[Measurement]:

@@ -22,10 +22,14 @@ from prometheus_client import CollectorRegistry
 
 from .. import __version__
 from ..config import FeedbackConfig
+from ..export.sending import TOO_LARGE
 from ..mapping import attributes as A
 from ..mapping.span_data import tool_span_id_for, trace_id_for
+from ..mapping.times import ODD_TIME_KINDS
 from ..pipeline.recorder import Recorder
 from ..pipeline.results import ExportedRun, PollResult
+from ..pipeline.row_shapes import SPAN_LIMIT
+from ..pipeline.run_export import UNMAPPABLE
 from ..sharding import Shard, shard_name
 from ..source.rows import INTENTS, FeedbackRow
 from . import instruments as I
@@ -48,6 +52,8 @@ __all__ = ["NONE", "OTHER", "STATUSES", "BridgeMetrics", "label"]
 log = logging.getLogger(__name__)
 
 LATE_KINDS = ("tool", "completion")  # run_otel_late_rows_total's: a tool row after its run's export, a late finish
+# run_otel_dropped_spans_total's: too large for any request, past trace.max_spans_per_trace, a run no value left out maps.
+DROP_REASONS = (TOO_LARGE, SPAN_LIMIT, UNMAPPABLE)
 
 
 class BridgeMetrics(Recorder):
@@ -105,7 +111,12 @@ class BridgeMetrics(Recorder):
         self._get(I.ROW_WARNINGS).add(0)
         self._get(I.PENDING_DELETED).add(0)
         self._get(I.INCOMPLETE_RUNS).add(0)
-        self._get(I.DROPPED_SPANS).add(0, I.DROPPED_SPANS.labelled("too_large"))
+        for reason in DROP_REASONS:
+            self._get(I.DROPPED_SPANS).add(0, I.DROPPED_SPANS.labelled(reason))
+        self._get(I.DUPLICATE_RUNS).add(0)
+        self._get(I.ORPHAN_ROWS).add(0)
+        for kind in ODD_TIME_KINDS:
+            self._get(I.ODD_TIMES).add(0, I.ODD_TIMES.labelled(kind))
         for kind in LATE_KINDS:
             self._get(I.LATE_ROWS).add(0, I.LATE_ROWS.labelled(kind))
         # 0 until the poller finds the source behind the checkpoint: the panel reads 0, not "No data".
@@ -188,6 +199,15 @@ class BridgeMetrics(Recorder):
 
     def spans_dropped(self, reason: str, count: int) -> None:
         self._get(I.DROPPED_SPANS).add(count, I.DROPPED_SPANS.labelled(reason))
+
+    def duplicate_runs(self, count: int) -> None:
+        self._get(I.DUPLICATE_RUNS).add(count)
+
+    def odd_times(self, kind: str, count: int) -> None:
+        self._get(I.ODD_TIMES).add(count, I.ODD_TIMES.labelled(kind))
+
+    def orphan_rows(self, count: int) -> None:
+        self._get(I.ORPHAN_ROWS).add(count)
 
     def export_failed(self) -> None:
         self._get(I.EXPORT_FAILURES).add(1)
