@@ -137,5 +137,54 @@ def test_a_receiver_back_from_an_outage_is_used_before_the_backoff_ends(agent_db
         assert daemon.terminate() == 0
         receiver.stop()
     assert waited < announced / 2, (waited, announced)
-    assert "answers again; polling now rather than in" in daemon.output()
+    assert "answers again; polled then rather than in" in daemon.output()
     assert received_roots(receiver) >= terminal_trace_ids(agent_db)
+
+
+def test_a_receiver_restarted_on_its_port_after_a_long_outage_is_used_within_an_interval(agent_db, tmp_path):
+    """gRPC holds a channel's connection failure for its reconnect backoff, which grows with the
+    outage (to two minutes): every request meanwhile failed at once with the old "Connection
+    refused", and export resumed many seconds after the receiver listened again."""
+    import json
+    from datetime import datetime
+
+    interval = 2.0
+    receiver = Receiver(port=free_port())
+    receiver.start()
+    seed(agent_db, 10, 44)
+    path = write_config(
+        tmp_path / "run-otel.toml",
+        bridge_sections(
+            agent_db,
+            tmp_path,
+            receiver.endpoint,
+            poll={"interval_seconds": interval},
+            export={"max_attempts": 1, "timeout_seconds": 2},
+            log={"format": "json"},
+        ),
+    )
+    daemon = DaemonProcess(path, tmp_path / "daemon.log")
+    try:
+        wait_for(lambda: received_roots(receiver) >= terminal_trace_ids(agent_db), 60, "the first runs")
+        receiver.stop()
+        first = received_roots(receiver)
+        seed(agent_db, 10, 45)  # these finish while nobody listens
+        wait_for(lambda: daemon.output().count("poll failed") >= 1, 30, "a failed poll")
+        time.sleep(30)  # long enough for gRPC's reconnect backoff to grow past ten seconds
+        receiver = Receiver(port=receiver.port)
+        receiver.start()
+        listening, back = time.time(), time.monotonic()
+        wait_for(lambda: received_roots(receiver) | first >= terminal_trace_ids(agent_db), 120, "the runs after the outage", 0.1)
+        resumed = time.monotonic() - back
+        time.sleep(1)  # any late line about the outage would be written by now
+    finally:
+        assert daemon.terminate() == 0
+        receiver.stop()
+    records = [json.loads(line) for line in daemon.output().splitlines()]
+    after = [r for r in records if datetime.fromisoformat(r["time"].replace("Z", "+00:00")).timestamp() > listening + 0.5]
+    # The precondition: the outage was seen and retried, in the words it had while nobody listened.
+    assert sum("Connection refused" in r["message"] for r in records) >= 2, [r["message"] for r in records]
+    assert resumed < interval + 3, resumed
+    assert [r["message"] for r in after if "Connection refused" in r["message"]] == []
+    back_lines = [r["message"] for r in records if "recovered" in r["message"] or "answers again" in r["message"]]
+    assert len(back_lines) == 1, back_lines
