@@ -42,6 +42,22 @@ class Tls:
     def requests_cert(self) -> tuple[str, str] | None:
         return (self.cert, self.key) if self.cert else None
 
+    def requests_session(self) -> Any:
+        """A requests Session for a client that sets the CA on its session (the SDK's OTLP/HTTP metric
+        exporter). requests lets REQUESTS_CA_BUNDLE beat a session's CA: the configured one is kept."""
+        import requests
+
+        ca = self.ca
+
+        class PinnedCa(requests.Session):
+            def merge_environment_settings(self, *args: Any, **kwargs: Any) -> dict:
+                settings = super().merge_environment_settings(*args, **kwargs)
+                if ca:
+                    settings["verify"] = ca
+                return settings
+
+        return PinnedCa()
+
 
 def _read(path: str) -> bytes | None:
     return Path(path).read_bytes() if path else None
