@@ -149,7 +149,8 @@ def test_a_receiver_restarted_on_its_port_after_a_long_outage_is_used_within_an_
     from datetime import datetime
 
     interval = 2.0
-    receiver = Receiver(port=free_port())
+    # The ratings' log records go to the same receiver, over a channel of their own.
+    receiver = Receiver(port=free_port(), logs=True)
     receiver.start()
     seed(agent_db, 10, 44)
     path = write_config(
@@ -160,18 +161,20 @@ def test_a_receiver_restarted_on_its_port_after_a_long_outage_is_used_within_an_
             receiver.endpoint,
             poll={"interval_seconds": interval},
             export={"max_attempts": 1, "timeout_seconds": 2},
+            feedback={"interval_seconds": 1, "log_records": True},
             log={"format": "json"},
         ),
     )
     daemon = DaemonProcess(path, tmp_path / "daemon.log")
     try:
         wait_for(lambda: received_roots(receiver) >= terminal_trace_ids(agent_db), 60, "the first runs")
+        wait_for(lambda: receiver.log_requests, 30, "the ratings' log records")
         receiver.stop()
         first = received_roots(receiver)
         seed(agent_db, 10, 45)  # these finish while nobody listens
         wait_for(lambda: daemon.output().count("poll failed") >= 1, 30, "a failed poll")
         time.sleep(30)  # long enough for gRPC's reconnect backoff to grow past ten seconds
-        receiver = Receiver(port=receiver.port)
+        receiver = Receiver(port=receiver.port, logs=True)
         receiver.start()
         listening, back = time.time(), time.monotonic()
         wait_for(lambda: received_roots(receiver) | first >= terminal_trace_ids(agent_db), 120, "the runs after the outage", 0.1)

@@ -14,8 +14,11 @@ from conftest import DRIVERS
 from helpers import DaemonProcess, add_finished_runs, bridge_sections, http_status, received_roots, write_config
 from servers import StallingProxy, free_port, wait_for, with_driver
 
-STATEMENT, CONNECT, INTERVAL = 3.0, 2.0, 1.0
+STATEMENT, CONNECT, INTERVAL = 6.0, 2.0, 1.0
 BOUND = STATEMENT + CONNECT  # the documented bound on a poll against a database that stops answering
+# Where the stall finds a pooled connection: PyMySQL pings it and reconnects, each under the connect
+# timeout; mysql-connector's C extension reuses it unpinged, and the statement ends at the backstop.
+EXPECTED = {"pymysql": 2 * CONNECT, "mysqlconnector": BOUND}
 
 
 @pytest.mark.parametrize("driver", DRIVERS)
@@ -53,6 +56,7 @@ def test_a_poll_against_a_stalled_database_fails_within_the_bound_and_readiness_
         assert daemon.terminate() == 0
         proxy.stop()
     output = daemon.output()
-    assert failed is not None and failed < BOUND + INTERVAL + 1, (failed, output)
+    # A poll starts within an interval of the stall; a second of slack for a machine under load.
+    assert EXPECTED[driver] <= BOUND and failed is not None and failed < EXPECTED[driver] + INTERVAL + 1, (failed, output)
     assert not_ready is not None and not_ready < 3 * INTERVAL + 1.5, not_ready
     assert "lost the connection" in output and "recovered" in output, output

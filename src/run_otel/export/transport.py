@@ -99,8 +99,8 @@ class GrpcChannel:
     A channel keeps a connection failure for its reconnect backoff, which grows to two minutes:
     every call meanwhile fails at once with the last error ("Connection refused"), though the
     receiver may have been listening again for a minute. So a channel that failed to connect is
-    replaced, with a subchannel of its own rather than the process-wide one that keeps the backoff:
-    the next request connects at once, and a failure it reports is its own.
+    closed, which ends its backoff with it, and replaced: the next request connects at once, and a
+    failure it reports is its own.
     """
 
     # gRPC's words for a connection that was not made (refused, unreachable, unresolved).
@@ -112,7 +112,7 @@ class GrpcChannel:
         self._current = self._open()
 
     def _open(self) -> tuple[grpc.Channel, grpc.UnaryUnaryMultiCallable]:
-        options = [("grpc.max_send_message_length", 64 * 1024 * 1024), ("grpc.use_local_subchannel_pool", 1)]
+        options = [("grpc.max_send_message_length", 64 * 1024 * 1024)]
         channel = (
             grpc.secure_channel(self._target, self._credentials, options=options)
             if self._credentials is not None
