@@ -159,7 +159,8 @@ def test_a_receiver_restarted_on_its_port_after_a_long_outage_is_used_within_an_
             agent_db,
             tmp_path,
             receiver.endpoint,
-            poll={"interval_seconds": interval},
+            # The failed poll is retried after 48 s at the soonest: only the probe can find the receiver back.
+            poll={"interval_seconds": interval, "retry_initial_seconds": 60, "retry_max_seconds": 60},
             export={"max_attempts": 1, "timeout_seconds": 2},
             feedback={"interval_seconds": 1, "log_records": True},
             log={"format": "json"},
@@ -173,7 +174,7 @@ def test_a_receiver_restarted_on_its_port_after_a_long_outage_is_used_within_an_
         first = received_roots(receiver)
         seed(agent_db, 10, 45)  # these finish while nobody listens
         wait_for(lambda: daemon.output().count("poll failed") >= 1, 30, "a failed poll")
-        time.sleep(30)  # long enough for gRPC's reconnect backoff to grow past ten seconds
+        time.sleep(30)  # the probes' connection attempts grow gRPC's reconnect backoff past ten seconds
         receiver = Receiver(port=receiver.port, logs=True)
         receiver.start()
         listening, back = time.time(), time.monotonic()
@@ -183,11 +184,12 @@ def test_a_receiver_restarted_on_its_port_after_a_long_outage_is_used_within_an_
     finally:
         assert daemon.terminate() == 0
         receiver.stop()
-    records = [json.loads(line) for line in daemon.output().splitlines()]
+    # gRPC's C core writes a line of its own to stderr when the receiver goes away (GOAWAY), not JSON.
+    records = [json.loads(line) for line in daemon.output().splitlines() if line.startswith("{")]
     after = [r for r in records if datetime.fromisoformat(r["time"].replace("Z", "+00:00")).timestamp() > listening + 0.5]
-    # The precondition: the outage was seen and retried, in the words it had while nobody listened.
-    assert sum("Connection refused" in r["message"] for r in records) >= 2, [r["message"] for r in records]
+    # The precondition: the outage was seen, in the words it had while nobody listened.
+    assert any("Connection refused" in r["message"] for r in records), [r["message"] for r in records]
     assert resumed < interval + 3, resumed
     assert [r["message"] for r in after if "Connection refused" in r["message"]] == []
     back_lines = [r["message"] for r in records if "recovered" in r["message"] or "answers again" in r["message"]]
-    assert len(back_lines) == 1, back_lines
+    assert len(back_lines) == 1 and "answers again" in back_lines[0], back_lines
