@@ -34,7 +34,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from ..backoff import Backoff
 from ..config import ExportConfig
 from .deadline import Deadline
-from .throttle import MAX_THROTTLE_SECONDS, Throttle, grpc_retry_delay, http_retry_delay
+from .throttle import Throttle, grpc_retry_delay, http_retry_delay
 from .transport import GrpcChannel, Tls, explain, grpc_target, innermost, request_failure, traces_tls
 
 log = logging.getLogger(__name__)
@@ -113,10 +113,10 @@ def _attempts(attempt: Callable[[], Ack], attempts: int, describe: str, throttle
 
 
 def _asked(after: float | None, held: float | None) -> str:
-    """Words for a requested delay longer than the cap: said, since it is not what was asked."""
+    """Words for a requested delay longer than the cap (MAX_THROTTLE_SECONDS): said, since it is not what was asked."""
     if after is None or held is None or after <= held:
         return ""
-    return f": it asked for {after:g}s, cut to {MAX_THROTTLE_SECONDS:g}s"
+    return f": it asked for {after:g}s, cut to {held:g}s"
 
 
 class _Retryable(Exception):
