@@ -87,6 +87,10 @@ class BridgeMetrics(Recorder):
         # a slow receiver is progress, though no poll finishes for minutes.
         self.last_progress = 0.0
         self.last_failure = 0.0
+        # Unix time the requests in flight began going out; None while none is: a poll waiting on
+        # the database is not a request the receiver is answering.
+        self.sending_since: float | None = None
+        self._sending = 0
         # An HA standby does not poll; it is ready while it can reach the lease.
         self.standby = False
         self.checkpoint_ahead_runs = 0
@@ -101,6 +105,7 @@ class BridgeMetrics(Recorder):
             self._get(instrument).add(0, instrument.labelled(*values))
         self._get(I.EXPORTED_SPANS).add(0)
         self._get(I.EXPORT_FAILURES).add(0)
+        self._get(I.EXPORT_THROTTLED).add(0)
         self._get(I.REJECTED_SPANS).add(0)
         self._get(I.ROW_WARNINGS).add(0)
         self._get(I.PENDING_DELETED).add(0)
@@ -194,6 +199,17 @@ class BridgeMetrics(Recorder):
 
     def request_acknowledged(self) -> None:
         self.last_progress = time.time()
+
+    def request_sending(self, active: bool) -> None:
+        with self._lock:
+            self._sending = self._sending + 1 if active else max(self._sending - 1, 0)
+            if not self._sending:
+                self.sending_since = None
+            elif self.sending_since is None:
+                self.sending_since = time.time()
+
+    def export_throttled(self) -> None:
+        self._get(I.EXPORT_THROTTLED).add(1)
 
     def feedback_failed(self) -> None:
         with self._lock:
