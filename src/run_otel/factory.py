@@ -267,7 +267,7 @@ def build_metrics(config: Config) -> BridgeMetrics:
     from .telemetry.readers import metric_readers
 
     readers, registry, exemplars = metric_readers(config.metrics, config.export)
-    return BridgeMetrics(config.feedback, config.poll.settle_seconds, config.shard, readers, registry, exemplars)
+    return BridgeMetrics(config.feedback, config.poll.settle_seconds, config.shard, readers, registry, exemplars, config.metrics)
 
 
 def build_health_server(config: Config, metrics: BridgeMetrics, alive: Check | None = None) -> HealthServer:
