@@ -7,6 +7,7 @@ import hashlib
 import time
 import uuid
 from collections import Counter
+from pathlib import Path
 
 import requests
 from helpers import (
@@ -20,7 +21,9 @@ from helpers import (
     set_old,
     write_config,
 )
-from servers import Receiver, free_port, wait_for
+from servers import Prometheus, Receiver, free_port, wait_for
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_feedback_given_after_export_joins_the_run_trace_once_per_change(agent_db, tmp_path):
@@ -286,4 +289,46 @@ def test_a_backfill_sends_the_ratings_of_the_runs_it_sends_and_the_same_bytes_ag
         records = [r for req in receiver.log_requests for rl in req.resource_logs for sl in rl.scope_logs for r in sl.log_records]
         assert sorted(r.trace_id.hex() for r in records) == sorted(traces[:2] * 2)
     finally:
+        receiver.stop()
+
+
+def test_the_first_rating_after_a_restart_shows_in_increase_on_a_real_prometheus(agent_db, tmp_path):
+    """A rating given just after a restart is counted by the new process; its series must have been
+    at 0 before it, or increase() over the scrapes sees a series that appears at 1 and nothing else."""
+    receiver = Receiver()
+    receiver.start()
+    traces = add_runs(agent_db, ["UTC_TIMESTAMP() - INTERVAL 10 MINUTE"] * 3)
+    agent_db.execute("UPDATE diagnosis_run SET intent = 'DIAGNOSIS'")
+    port = free_port()
+    sections = bridge_sections(
+        agent_db,
+        tmp_path,
+        f"http://{receiver.endpoint}",
+        feedback={"interval_seconds": 1},
+        metrics={"enabled": True, "port": port},
+    )
+    config = write_config(tmp_path / "c.toml", sections)
+    prometheus = Prometheus(
+        tmp_path, f"127.0.0.1:{port}", ROOT / "config/prometheus/alerts.yml", ROOT / "config/prometheus/prometheus.yml"
+    )
+    daemon = DaemonProcess(config, tmp_path / "first.log")
+    try:
+        wait_for(lambda: len(receiver.spans()) == 3, 30, "the runs exported")
+        prometheus.start()
+        wait_for(lambda: prometheus.query('up{job="run-otel"} == 1'), 60, "the first scrape")
+        started = float(prometheus.query("run_otel_start_timestamp_seconds")[0]["value"][1])
+        assert daemon.terminate() == 0
+        daemon = DaemonProcess(config, tmp_path / "second.log")
+        restarted = f"run_otel_start_timestamp_seconds > {started}"
+        wait_for(lambda: prometheus.query(restarted), 60, "a scrape of the restarted daemon")
+        time.sleep(2)  # two more scrapes before the rating
+        rate(agent_db, [f"run-{uuid.UUID(traces[0])}"], "DOWN")
+        wait_for(lambda: feedback_total(port) == 1, 30, "the rating counted by the daemon")
+        time.sleep(3)  # a few scrapes after it
+        down = 'sum(increase(diagnosis_run_feedback_total{job="run-otel", feedback="DOWN", intent="DIAGNOSIS"}[30s]))'
+        seen = prometheus.query(down)
+        assert seen and float(seen[0]["value"][1]) >= 0.9, seen
+    finally:
+        prometheus.stop()
+        daemon.terminate()
         receiver.stop()
