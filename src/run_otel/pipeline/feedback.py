@@ -6,7 +6,8 @@ created within ``feedback.window_seconds``: one primary-key range, found by
 primary-key probes (the agent's schema has no index on ``updated_at``, and is
 not ours to change). The range starts above the first start's mark and ends at
 the checkpoint; beside it come the runs the first start took over in flight
-below its mark, which it sent too. Runs still pending or missing are left out:
+below its mark, which it sent too, and the id ranges below the mark that a
+backfill exported (``backfilled.py``), cut to the window. Runs still pending or missing are left out:
 a rating alone, without its run's trace, would be an orphan trace. A value not sent before, or
 changed since, becomes a child span of the run's root, inside the run's window
 (``evaluation.py``), and, where configured, a ``gen_ai.evaluation.result`` log
@@ -131,20 +132,24 @@ class FeedbackPass:
     def _pass(self) -> FeedbackResult:
         self._ratings.look_again()
         checkpoint = self._store.load()
-        if checkpoint is None or (checkpoint.high_water <= checkpoint.start_mark and not checkpoint.taken_over):
+        backfilled = self._store.backfilled() if checkpoint is not None else []
+        if checkpoint is None or (
+            checkpoint.high_water <= checkpoint.start_mark and not checkpoint.taken_over and not backfilled
+        ):
             return FeedbackResult()
         now = self._clock()
         since = self._source.clock.naive(datetime.fromtimestamp(now - self._config.window_seconds, UTC))
         window_first = self._source.first_id_created_at_or_after(since)
         # A pending or missing run is not sent yet: its rating goes out on the pass after its export.
         unsent = checkpoint.pending.keys() | checkpoint.gaps.keys()
+        found = [
+            *self._taken_over(checkpoint, window_first),
+            *self._backfilled(backfilled, checkpoint.start_mark, window_first),
+            *self._source.rated_runs(max(window_first, checkpoint.start_mark + 1), checkpoint.high_water),
+        ]
+        # A run both taken over and backfilled is found twice: one row per run.
         rated = [
-            row
-            for row in [
-                *self._taken_over(checkpoint, window_first),
-                *self._source.rated_runs(max(window_first, checkpoint.start_mark + 1), checkpoint.high_water),
-            ]
-            if row.id not in unsent and in_shard(row.run_id, self._store.shard)
+            row for row in {r.id: r for r in found}.values() if row.id not in unsent and in_shard(row.run_id, self._store.shard)
         ]
         self._unmapped.note(row.feedback for row in rated)
         sent_before = self._store.sent_feedback([row.run_id for row in rated])
@@ -165,3 +170,15 @@ class FeedbackPass:
         if not ids:
             return []
         return [row for row in self._source.rated_runs(min(ids), max(ids)) if row.id in checkpoint.taken_over]
+
+    def _backfilled(self, ranges: list[tuple[int, int]], start_mark: int, window_first: int) -> list[FeedbackRow]:
+        """The rated runs backfills exported below the start mark (above it the runs are the daemon's),
+        one range read per recorded range cut to the window; ranges wholly below it are forgotten."""
+        if any(last < window_first for _first, last in ranges):
+            self._store.forget_backfilled(window_first)
+        rows: list[FeedbackRow] = []
+        for first, last in ranges:
+            first, last = max(first, window_first), min(last, start_mark)
+            if first <= last:
+                rows += self._source.rated_runs(first, last)
+        return rows

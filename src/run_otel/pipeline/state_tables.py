@@ -1,8 +1,9 @@
 """The state store's tables, and the changes made in place to tables of earlier releases.
 
-Three tables, one row per shard or per run and shard: ``run_otel_checkpoint`` (where the
-poller stands), ``run_otel_feedback`` (the ratings sent, ``ratings_ledger.py``) and
-``run_otel_watch`` (the runs kept complete after their export, ``watch.py``).
+Four tables, one row per shard, per run and shard, or per id range and shard:
+``run_otel_checkpoint`` (where the poller stands), ``run_otel_feedback`` (the ratings sent,
+``ratings_ledger.py``), ``run_otel_watch`` (the runs kept complete after their export,
+``watch.py``) and ``run_otel_backfilled`` (the id ranges a backfill exported, ``backfilled.py``).
 """
 
 from __future__ import annotations
@@ -58,6 +59,17 @@ watch_table = Table(
     Column("incomplete", Boolean, nullable=False),
     Column("tool_ids", Text, nullable=False),
     Column("until", Seconds, nullable=False, index=True),
+)
+
+# The id ranges a backfill exported (first and last id, both included), whose later ratings the
+# feedback pass sends; a range grows in its row as the backfill's batches are acknowledged.
+backfilled_table = Table(
+    "run_otel_backfilled",
+    metadata,
+    Column("shard", String(64), primary_key=True),
+    Column("first_id", BigInteger, primary_key=True, autoincrement=False),
+    Column("last_id", BigInteger, nullable=False),
+    Column("saved_at", Seconds, nullable=False),
 )
 
 # Columns added since the tables were first released: added in place to tables made before.
