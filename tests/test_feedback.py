@@ -332,3 +332,36 @@ def test_the_first_rating_after_a_restart_shows_in_increase_on_a_real_prometheus
         prometheus.stop()
         daemon.terminate()
         receiver.stop()
+
+
+def handler_reads(agent_db) -> int:
+    """Rows MariaDB's storage engines handed over so far, by the server's own count (Handler_read_*)."""
+    return sum(int(value) for _name, value in agent_db.execute("SHOW GLOBAL STATUS LIKE 'Handler_read%%'"))
+
+
+def test_the_feedback_pass_reads_the_window_of_a_backfilled_history_not_all_of_it(agent_db, receiver, tmp_path):
+    """A backfill of 3,000 runs three days old and 20 runs of the last hour, below the daemon's mark:
+    the pass follows the backfill's ratings within the window, and reads rows of the window only."""
+    from helpers import bridge_config
+
+    from run_otel.factory import build_backfill, build_feedback, build_parts, build_poller
+
+    agent_db.execute(
+        "INSERT INTO diagnosis_run (run_id, session_id, query, status, created_at, updated_at) "
+        "SELECT CONCAT('run-old-', seq), 's', 'q', 'SUCCESS', UTC_TIMESTAMP() - INTERVAL 3 DAY, UTC_TIMESTAMP() - INTERVAL 3 DAY "
+        "FROM seq_1_to_3000"
+    )
+    recent = add_runs(agent_db, ["UTC_TIMESTAMP() - INTERVAL 1 HOUR"] * 20)
+    config = bridge_config(agent_db, tmp_path, receiver.endpoint, poll={"start_from": "now"})
+    ((newest,),) = agent_db.execute("SELECT MAX(id) FROM diagnosis_run")
+    with build_parts(config) as parts:
+        build_poller(parts).poll()
+        assert parts.store.load().start_mark == newest  # the precondition: the whole history is below the mark
+        assert build_backfill(parts).run(1, newest).run_count == 3020
+        feedback = build_feedback(parts)
+        assert feedback is not None and feedback.run().sent == 0
+        rate(agent_db, [f"run-{uuid.UUID(recent[0])}"], "DOWN")
+        before = handler_reads(agent_db)
+        assert feedback.run().sent == 1
+        read = handler_reads(agent_db) - before
+    assert read < 300, read  # the window's 20 runs and the probes that find it, not the 3,020 backfilled
