@@ -197,9 +197,12 @@ def test_a_rating_given_later_on_a_run_a_backfill_exported_is_sent_and_counted_o
 
 
 def test_the_ranges_a_backfill_exported_grow_batch_by_batch_and_leave_out_what_it_did_not_send():
-    from run_otel.pipeline.backfilled import merged, ranges_of
+    from run_otel.pipeline.backfilled import clipped, covers, merged, ranges_of
 
     assert ranges_of(1, 10, []) == [(1, 10)]
     assert ranges_of(1, 10, [1, 4, 5, 10]) == [(2, 3), (6, 9)]
     assert ranges_of(5, 7, [2, 9]) == [(5, 7)]
     assert merged([(8, 9), (1, 3), (4, 5), (2, 2), (11, 12)]) == [(1, 5), (8, 9), (11, 12)]
+    assert clipped([(1, 5), (8, 9), (11, 20)], 4, 12) == [(4, 5), (8, 9), (11, 12)]
+    inside = covers([(2, 3), (6, 9)])
+    assert [i for i in range(12) if inside(i)] == [2, 3, 6, 7, 8, 9]

@@ -10,13 +10,15 @@ a range, and ids that hold no run do not. A range grows batch by batch in one ro
 first id, so a month of history is a row or two, whatever its size.
 
 The feedback pass reads them (a handful of rows), cuts them to the window, and reads the rated runs
-of what is left by primary-key range, as it reads its own. Once a range lies wholly below the
-window it is forgotten, so the pass's cost follows the window, never the history exported.
+from the first id left to the last in one primary-key range, as it reads its own, keeping those
+inside a range. Once a range lies wholly below the window it is forgotten, so the pass's cost
+follows the window, never the history exported.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import bisect
+from collections.abc import Callable, Iterable
 
 from sqlalchemy import Connection, select
 
@@ -46,6 +48,23 @@ def merged(ranges: Iterable[Range]) -> list[Range]:
         else:
             out.append((first, last))
     return out
+
+
+def clipped(ranges: list[Range], first: int, last: int) -> list[Range]:
+    """The parts of ``ranges`` (in id order) within [first, last]."""
+    cut = [(max(a, first), min(b, last)) for a, b in ranges]
+    return [(a, b) for a, b in cut if a <= b]
+
+
+def covers(ranges: list[Range]) -> Callable[[int], bool]:
+    """Whether an id lies in one of ``ranges`` (merged, in id order)."""
+    starts = [first for first, _last in ranges]
+
+    def inside(run_id: int) -> bool:
+        k = bisect.bisect_right(starts, run_id) - 1
+        return k >= 0 and run_id <= ranges[k][1]
+
+    return inside
 
 
 def record(conn: Connection, shard: str, ranges: list[Range], now: float) -> None:

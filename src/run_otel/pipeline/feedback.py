@@ -6,8 +6,8 @@ created within ``feedback.window_seconds``: one primary-key range, found by
 primary-key probes (the agent's schema has no index on ``updated_at``, and is
 not ours to change). The range starts above the first start's mark and ends at
 the checkpoint; beside it come the runs the first start took over in flight
-below its mark, which it sent too, and the id ranges below the mark that a
-backfill exported (``backfilled.py``), cut to the window. Runs still pending or missing are left out:
+below its mark, which it sent too, and those below the mark that a backfill
+exported (``backfilled.py``), within the window. Runs still pending or missing are left out:
 a rating alone, without its run's trace, would be an orphan trace. A value not sent before, or
 changed since, becomes a child span of the run's root, inside the run's window
 (``evaluation.py``), and, where configured, a ``gen_ai.evaluation.result`` log
@@ -36,6 +36,7 @@ from ..mapping.feedback_vocab import UnmappedFeedback
 from ..sharding import in_shard
 from ..source.reader import Source
 from ..source.rows import FeedbackRow
+from .backfilled import Range, clipped, covers
 from .checkpoint import Checkpoint
 from .ratings_ledger import SentRating
 from .recorder import Recorder
@@ -171,14 +172,14 @@ class FeedbackPass:
             return []
         return [row for row in self._source.rated_runs(min(ids), max(ids)) if row.id in checkpoint.taken_over]
 
-    def _backfilled(self, ranges: list[tuple[int, int]], start_mark: int, window_first: int) -> list[FeedbackRow]:
+    def _backfilled(self, ranges: list[Range], start_mark: int, window_first: int) -> list[FeedbackRow]:
         """The rated runs backfills exported below the start mark (above it the runs are the daemon's),
-        one range read per recorded range cut to the window; ranges wholly below it are forgotten."""
+        in one range read from the first to the last recorded id in the window, however many ranges
+        there are; ranges wholly below the window are forgotten."""
         if any(last < window_first for _first, last in ranges):
             self._store.forget_backfilled(window_first)
-        rows: list[FeedbackRow] = []
-        for first, last in ranges:
-            first, last = max(first, window_first), min(last, start_mark)
-            if first <= last:
-                rows += self._source.rated_runs(first, last)
-        return rows
+        cut = clipped(ranges, window_first, start_mark)
+        if not cut:
+            return []
+        inside = covers(cut)
+        return [row for row in self._source.rated_runs(cut[0][0], cut[-1][1]) if inside(row.id)]
