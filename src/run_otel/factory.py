@@ -193,7 +193,9 @@ def build_poller(parts: Parts, keep_going: Callable[[], bool] = lambda: True, cl
 
 def build_backfill(parts: Parts) -> BackfillPass:
     config = parts.config
-    return BackfillPass(config.poll, config.shard, parts.source, build_exporter(parts), parts.recorder, build_ratings(parts))
+    # The state store learns what each batch exported, for the ratings given on those runs later.
+    exporter, ratings = build_exporter(parts), build_ratings(parts)
+    return BackfillPass(config.poll, config.shard, parts.source, exporter, parts.recorder, ratings, store=parts.store)
 
 
 def build_ratings(parts: Parts) -> FeedbackSender | None:
@@ -275,7 +277,7 @@ def build_metrics(config: Config) -> BridgeMetrics:
     from .telemetry.readers import metric_readers
 
     readers, registry, exemplars = metric_readers(config.metrics, config.export)
-    return BridgeMetrics(config.feedback, config.poll.settle_seconds, config.shard, readers, registry, exemplars)
+    return BridgeMetrics(config.feedback, config.poll.settle_seconds, config.shard, readers, registry, exemplars, config.metrics)
 
 
 def build_health_server(config: Config, metrics: BridgeMetrics, alive: Check | None = None) -> HealthServer:

@@ -1,6 +1,7 @@
 """The state store: any SQLAlchemy database (default a SQLite file) holding where each shard
-stands (``checkpoint.py``), the runs watched after their export (``watch.py``) and the ratings
-sent (``ratings_ledger.py``), in the tables of ``state_tables.py``.
+stands (``checkpoint.py``), the runs watched after their export (``watch.py``), the ratings
+sent (``ratings_ledger.py``) and the id ranges a backfill exported (``backfilled.py``), in the
+tables of ``state_tables.py``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from ..config import StateConfig
 from ..sharding import Shard, shard_name
 from ..source.engine import make_engine, safe_url
-from . import ratings_ledger, state_tables, watch
+from . import backfilled, ratings_ledger, state_tables, watch
+from .backfilled import Range
 from .checkpoint import FORMAT_VERSION, Checkpoint
 from .ratings_ledger import SentRating
 from .state_tables import checkpoint_table
@@ -175,6 +177,32 @@ class StateStore:
                 ratings_ledger.forget(conn, self.name, forget_before)
         except SQLAlchemyError as exc:
             raise self._failed("cannot save the feedback sent", exc) from None
+
+    # -- what a backfill exported ------------------------------------------------------
+
+    def save_backfilled(self, ranges: list[Range], ratings: dict[str, SentRating], now: float) -> None:
+        """Records, in one transaction, the id ranges a backfill's batch exported and the ratings it sent."""
+        try:
+            with self.engine.begin() as conn:
+                backfilled.record(conn, self.name, ranges, now)
+                ratings_ledger.record(conn, self.name, ratings, now)
+        except SQLAlchemyError as exc:
+            raise self._failed("cannot save what the backfill sent", exc) from None
+
+    def backfilled(self) -> list[Range]:
+        """The id ranges backfills exported for this shard, merged, in id order."""
+        try:
+            with self.engine.connect() as conn:
+                return backfilled.load(conn, self.name)
+        except SQLAlchemyError as exc:
+            raise self._failed("is unreadable", exc) from None
+
+    def forget_backfilled(self, below: int) -> None:
+        try:
+            with self.engine.begin() as conn:
+                backfilled.forget(conn, self.name, below)
+        except SQLAlchemyError as exc:
+            raise self._failed("cannot forget the ranges a backfill sent", exc) from None
 
     def close(self) -> None:
         self.engine.dispose()
