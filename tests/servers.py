@@ -186,6 +186,48 @@ class MariaDB:
         return self.url(name)
 
 
+class Throttle:
+    """A receiver throttling on purpose: the first ``answers`` requests are told to wait ``seconds``
+    (a gRPC RetryInfo, an HTTP Retry-After). Every request is timed against the window the last
+    such answer opened, so ``inside`` counts the requests a sender should not have made yet."""
+
+    def __init__(self, seconds: float, answers: int):
+        self.seconds, self.answers = seconds, answers
+        self.given = 0  # throttling answers given
+        self.inside = 0  # requests that arrived before the window the last answer opened had passed
+        self.arrivals: list[float] = []  # time.monotonic() of every request
+        self.until = 0.0
+        self._lock = threading.Lock()
+
+    def arrive(self, may_throttle: bool = True) -> bool:
+        """Times one request; True when it is to be told to wait (never unless ``may_throttle``)."""
+        with self._lock:
+            now = time.monotonic()
+            self.arrivals.append(now)
+            # 50 ms of grace: a sender that waited the whole window is not early because of jitter here.
+            if now < self.until - 0.05:
+                self.inside += 1
+            if self.given >= self.answers or not may_throttle:
+                return False
+            self.given += 1
+            self.until = now + self.seconds
+            return True
+
+
+def grpc_throttled(context, seconds: float, code=grpc.StatusCode.RESOURCE_EXHAUSTED) -> None:
+    """Aborts the call with ``code`` and a google.rpc.RetryInfo asking for ``seconds``, as the
+    collector's memory limiter and vendors' gateways answer."""
+    from google.protobuf import any_pb2, duration_pb2
+    from google.rpc import error_details_pb2, status_pb2
+
+    whole = int(seconds)
+    detail = any_pb2.Any()
+    detail.Pack(error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(seconds=whole, nanos=int((seconds - whole) * 1e9))))
+    status = status_pb2.Status(code=code.value[0], message="throttled: slow down", details=[detail])
+    context.set_trailing_metadata((("grpc-status-details-bin", status.SerializeToString()),))
+    context.abort(code, "throttled: slow down")
+
+
 class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
     def __init__(self, receiver: Receiver):
         self._receiver = receiver
@@ -197,6 +239,7 @@ class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
             details = f"invalid credentials in header authorization: {sent!r} (token {sent.split()[-1] if sent else ''} unknown)"
             self._receiver.quoted.append(details)
             context.abort(grpc.StatusCode.UNAUTHENTICATED, details)
+        self._receiver.throttling(context, "traces")
         return self._receiver.accept(request)
 
 
@@ -209,9 +252,25 @@ class _LogsService:
     def Export(self, request, context):
         from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 
+        self._receiver.throttling(context, "logs")
         with self._receiver._lock:
             self._receiver.log_requests.append(request)
         return logs_service_pb2.ExportLogsServiceResponse()
+
+
+class _MetricsService:
+    """OTLP metrics, served only when a Receiver is built with ``metrics=True``: keeps each request
+    with the call's metadata (its grpc-encoding says whether the sender compressed it)."""
+
+    def __init__(self, receiver: Receiver):
+        self._receiver = receiver
+
+    def Export(self, request, context):
+        from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
+
+        with self._receiver._lock:
+            self._receiver.metric_requests.append((request, dict(context.invocation_metadata())))
+        return metrics_service_pb2.ExportMetricsServiceResponse()
 
 
 @dataclass
@@ -234,12 +293,18 @@ class Receiver:
     warning: str = ""
     logs: bool = False  # also serve the OTLP logs service
     log_requests: list = field(default_factory=list)
+    metrics: bool = False  # also serve the OTLP metrics service
+    metric_requests: list = field(default_factory=list)  # (request, metadata) pairs
     # A slow receiver: each request is kept at once, and answered this many seconds later (drawn
     # from the range), whether or not its sender still waits.
     delay: tuple[float, float] = (0.0, 0.0)
     # TLS: (key, certificate chain) PEM bytes, and the CA a client certificate must be signed by (mTLS).
     tls: tuple[bytes, bytes] | None = None
     client_ca: bytes | None = None
+    # Throttling on purpose: this code with a RetryInfo, to the services named (one receiver, one window).
+    throttle: Throttle | None = None
+    throttle_code: grpc.StatusCode = grpc.StatusCode.RESOURCE_EXHAUSTED
+    throttle_services: tuple[str, ...] = ("traces", "logs")
 
     def __post_init__(self):
         self._lock = threading.Lock()
@@ -250,6 +315,12 @@ class Receiver:
     def release(self) -> None:
         self.hold_after = 0
         self._released.set()
+
+    def throttling(self, context, service: str) -> None:
+        """Times the request against the throttle's window, and aborts it when it is to wait."""
+        throttle = self.throttle
+        if throttle is not None and throttle.arrive(service in self.throttle_services):
+            grpc_throttled(context, throttle.seconds, self.throttle_code)
 
     def accept(self, request):
         with self._lock:
@@ -278,6 +349,10 @@ class Receiver:
             from opentelemetry.proto.collector.logs.v1 import logs_service_pb2_grpc
 
             logs_service_pb2_grpc.add_LogsServiceServicer_to_server(_LogsService(self), self._server)  # type: ignore[arg-type]
+        if self.metrics:
+            from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2_grpc
+
+            metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(_MetricsService(self), self._server)  # type: ignore[arg-type]
         if self.tls:
             credentials = grpc.ssl_server_credentials(
                 [self.tls], root_certificates=self.client_ca, require_client_auth=self.client_ca is not None
@@ -360,7 +435,9 @@ class HttpReceiver:
     """An OTLP/HTTP trace receiver (HTTP/1.1, as Python's server speaks it), with TLS and mTLS when
     given a certificate: keeps each request's body and answers an empty ExportTraceServiceResponse.
     With ``delay``, a slow one: each body is kept at once and answered this many seconds later
-    (drawn from the range), whether or not its sender still waits."""
+    (drawn from the range), whether or not its sender still waits. With ``throttle``, one that
+    answers ``throttle_status`` (429 or 503) and a Retry-After, in seconds or, with
+    ``retry_after_date``, as an HTTP date; a throttled body is not kept."""
 
     def __init__(
         self,
@@ -368,21 +445,49 @@ class HttpReceiver:
         key: Path | None = None,
         client_ca: Path | None = None,
         delay: tuple[float, float] = (0.0, 0.0),
+        throttle: Throttle | None = None,
+        throttle_status: int = 429,
+        retry_after_date: bool = False,
     ):
         self.port = free_port()
         self.bodies: list[bytes] = []
+        # Requests to another path than /v1/traces (the metrics, the logs): (path, headers, body).
+        self.others: list[tuple[str, dict[str, str], bytes]] = []
         self._tls = (cert, key, client_ca)
         self._delay = delay
+        self.throttle = throttle
+        self._throttling = (throttle_status, retry_after_date)
         self._server: ThreadingHTTPServer | None = None
 
+    def _retry_after(self) -> str:
+        """The Retry-After of a throttling answer: whole seconds, or the HTTP date that many seconds on."""
+        from email.utils import formatdate
+
+        assert self.throttle is not None
+        if self._throttling[1]:
+            # A date has whole seconds: one second more, so the sender never waits less than asked.
+            return formatdate(time.time() + self.throttle.seconds + 1, usegmt=True)
+        return str(int(self.throttle.seconds))
+
     def start(self) -> None:
-        bodies, delay = self.bodies, self._delay
+        bodies, delay, receiver = self.bodies, self._delay, self
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
             def do_POST(self):
-                bodies.append(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if self.path != "/v1/traces":
+                    receiver.others.append((self.path, dict(self.headers), body))
+                    answer(self, 200, "application/x-protobuf", b"")
+                    return
+                if receiver.throttle is not None and receiver.throttle.arrive():
+                    self.send_response(receiver._throttling[0])
+                    self.send_header("Retry-After", receiver._retry_after())
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                bodies.append(body)
                 if delay[1]:
                     time.sleep(random.uniform(*delay))
                 try:
@@ -485,6 +590,69 @@ class Rotel:
         if protocol == "grpc":
             return f"http://127.0.0.1:{self.grpc_port}"
         return f"http://127.0.0.1:{self.http_port}"
+
+
+class StallingProxy:
+    """A TCP proxy in front of a server (MariaDB) with a stall switch: stalled, it keeps every
+    connection open and accepts new ones, but forwards nothing either way, as a frozen server, a
+    hung load balancer or a black-holed network looks to a client. Resumed, it forwards again."""
+
+    def __init__(self, target_port: int):
+        self.target_port = target_port
+        self.port = free_port()
+        self._forwarding = threading.Event()
+        self._forwarding.set()
+        self._listener: socket.socket | None = None
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+
+    def start(self) -> StallingProxy:
+        ServerGate.need("a TCP proxy")
+        listener = self._listener = socket.create_server(("127.0.0.1", self.port))
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+        return self
+
+    def stall(self) -> None:
+        self._forwarding.clear()
+
+    def resume(self) -> None:
+        self._forwarding.set()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:  # closed by stop()
+                return
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._sockets += [client, upstream]
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                self._forwarding.wait()  # stalled: the bytes are held, and nothing is closed
+                sink.sendall(data)
+            sink.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+    def stop(self) -> None:
+        self._forwarding.set()
+        if self._listener is not None:
+            self._listener.close()
+        with self._lock:
+            for sock in self._sockets:
+                try:
+                    sock.close()
+                except OSError:
+                    pass
 
 
 def _port_open(port: int) -> bool:

@@ -185,18 +185,30 @@ def test_an_otlp_http_export_to_a_grpc_port_names_the_protocol_and_writes_no_fra
 # -- readiness while a backlog drains ------------------------------------------------------------
 
 
-def test_readiness_follows_acknowledged_requests_while_a_long_poll_drains():
+def test_readiness_follows_requests_in_flight_and_acknowledged_while_a_long_poll_drains():
     metrics = bridge_metrics(build_config({}), readers=[])
-    offset = [0.0]
+    offset = [0.0]  # the readiness clock runs this far ahead of the times the metrics recorded
     ready = readiness(metrics, interval=5, request_seconds=60, clock=lambda: time.time() + offset[0])
     metrics.poll_finished(0.1, ok=True, pending=0)
     assert ready() == (True, "ready")
-    offset[0] = 40  # a poll has drained for 40 s, past three intervals: its request is still in flight
-    assert ready()[0], ready()
-    metrics.request_acknowledged()  # a request of the drain is acknowledged
-    assert ready() == (True, "ready: a poll is draining; the last request was acknowledged 40s ago")
-    offset[0] = 15 + 60 + 1  # no acknowledgement for three intervals and the longest deadline
-    assert ready() == (False, "not ready: no poll finished and no request was acknowledged for 76s")
+    offset[0] = 16  # no poll finished for three intervals, and no request is in flight: a poll waits on the database
+    assert ready() == (False, "not ready: no poll finished and no request was acknowledged for 16s")
+    metrics.request_sending(True)
+    offset[0] = 40  # a request of the drain has been in flight for 40 s, within the longest deadline
+    assert ready() == (True, "ready: a request is in flight for 40s; the last poll finished 40s ago")
+    metrics.request_acknowledged()
+    metrics.request_sending(False)
+    metrics.last_success -= 30  # the poll that drains began after the last one finished, 30 s earlier
+    offset[0] = 10
+    assert ready() == (True, "ready: a poll is draining; the last request was acknowledged 10s ago")
+    metrics.request_sending(True)
+    assert ready() == (True, "ready: a poll is draining; a request is in flight for 10s, the last was acknowledged 10s ago")
+    offset[0] = 61  # past the longest deadline, the request in flight no longer counts
+    assert ready() == (
+        False,
+        "not ready: no poll finished and no request was acknowledged for 61s; a request has waited 61s for its answer",
+    )
+    metrics.request_sending(False)
     offset[0] = 0
     metrics.request_acknowledged()
     metrics.poll_finished(1.0, ok=False, pending=0)  # a failure after the last progress

@@ -7,6 +7,7 @@ import hashlib
 import time
 import uuid
 from collections import Counter
+from pathlib import Path
 
 import requests
 from helpers import (
@@ -20,7 +21,9 @@ from helpers import (
     set_old,
     write_config,
 )
-from servers import Receiver, free_port, wait_for
+from servers import Prometheus, Receiver, free_port, wait_for
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_feedback_given_after_export_joins_the_run_trace_once_per_change(agent_db, tmp_path):
@@ -287,3 +290,78 @@ def test_a_backfill_sends_the_ratings_of_the_runs_it_sends_and_the_same_bytes_ag
         assert sorted(r.trace_id.hex() for r in records) == sorted(traces[:2] * 2)
     finally:
         receiver.stop()
+
+
+def test_the_first_rating_after_a_restart_shows_in_increase_on_a_real_prometheus(agent_db, tmp_path):
+    """A rating given just after a restart is counted by the new process; its series must have been
+    at 0 before it, or increase() over the scrapes sees a series that appears at 1 and nothing else."""
+    receiver = Receiver()
+    receiver.start()
+    traces = add_runs(agent_db, ["UTC_TIMESTAMP() - INTERVAL 10 MINUTE"] * 3)
+    agent_db.execute("UPDATE diagnosis_run SET intent = 'DIAGNOSIS'")
+    port = free_port()
+    sections = bridge_sections(
+        agent_db,
+        tmp_path,
+        f"http://{receiver.endpoint}",
+        feedback={"interval_seconds": 1},
+        metrics={"enabled": True, "port": port},
+    )
+    config = write_config(tmp_path / "c.toml", sections)
+    prometheus = Prometheus(
+        tmp_path, f"127.0.0.1:{port}", ROOT / "config/prometheus/alerts.yml", ROOT / "config/prometheus/prometheus.yml"
+    )
+    daemon = DaemonProcess(config, tmp_path / "first.log")
+    try:
+        wait_for(lambda: len(receiver.spans()) == 3, 30, "the runs exported")
+        prometheus.start()
+        wait_for(lambda: prometheus.query('up{job="run-otel"} == 1'), 60, "the first scrape")
+        started = float(prometheus.query("run_otel_start_timestamp_seconds")[0]["value"][1])
+        assert daemon.terminate() == 0
+        daemon = DaemonProcess(config, tmp_path / "second.log")
+        restarted = f"run_otel_start_timestamp_seconds > {started}"
+        wait_for(lambda: prometheus.query(restarted), 60, "a scrape of the restarted daemon")
+        time.sleep(2)  # two more scrapes before the rating
+        rate(agent_db, [f"run-{uuid.UUID(traces[0])}"], "DOWN")
+        wait_for(lambda: feedback_total(port) == 1, 30, "the rating counted by the daemon")
+        time.sleep(3)  # a few scrapes after it
+        down = 'sum(increase(diagnosis_run_feedback_total{job="run-otel", feedback="DOWN", intent="DIAGNOSIS"}[30s]))'
+        seen = prometheus.query(down)
+        assert seen and float(seen[0]["value"][1]) >= 0.9, seen
+    finally:
+        prometheus.stop()
+        daemon.terminate()
+        receiver.stop()
+
+
+def handler_reads(agent_db) -> int:
+    """Rows MariaDB's storage engines handed over so far, by the server's own count (Handler_read_*)."""
+    return sum(int(value) for _name, value in agent_db.execute("SHOW GLOBAL STATUS LIKE 'Handler_read%%'"))
+
+
+def test_the_feedback_pass_reads_the_window_of_a_backfilled_history_not_all_of_it(agent_db, receiver, tmp_path):
+    """A backfill of 3,000 runs three days old and 20 runs of the last hour, below the daemon's mark:
+    the pass follows the backfill's ratings within the window, and reads rows of the window only."""
+    from helpers import bridge_config
+
+    from run_otel.factory import build_backfill, build_feedback, build_parts, build_poller
+
+    agent_db.execute(
+        "INSERT INTO diagnosis_run (run_id, session_id, query, status, created_at, updated_at) "
+        "SELECT CONCAT('run-old-', seq), 's', 'q', 'SUCCESS', UTC_TIMESTAMP() - INTERVAL 3 DAY, UTC_TIMESTAMP() - INTERVAL 3 DAY "
+        "FROM seq_1_to_3000"
+    )
+    recent = add_runs(agent_db, ["UTC_TIMESTAMP() - INTERVAL 1 HOUR"] * 20)
+    config = bridge_config(agent_db, tmp_path, receiver.endpoint, poll={"start_from": "now"})
+    ((newest,),) = agent_db.execute("SELECT MAX(id) FROM diagnosis_run")
+    with build_parts(config) as parts:
+        build_poller(parts).poll()
+        assert parts.store.load().start_mark == newest  # the precondition: the whole history is below the mark
+        assert build_backfill(parts).run(1, newest).run_count == 3020
+        feedback = build_feedback(parts)
+        assert feedback is not None and feedback.run().sent == 0
+        rate(agent_db, [f"run-{uuid.UUID(recent[0])}"], "DOWN")
+        before = handler_reads(agent_db)
+        assert feedback.run().sent == 1
+        read = handler_reads(agent_db) - before
+    assert read < 300, read  # the window's 20 runs and the probes that find it, not the 3,020 backfilled

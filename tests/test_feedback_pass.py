@@ -15,8 +15,9 @@ from sqlalchemy import insert, update
 from sqlalchemy.engine import make_url
 
 from run_otel.config import build_config
-from run_otel.factory import build_feedback, build_parts, build_poller
+from run_otel.factory import build_backfill, build_feedback, build_parts, build_poller
 from run_otel.mapping.span_data import root_span_id_for, trace_id_for
+from run_otel.pipeline.backfill import Window
 from run_otel.pipeline.feedback import FeedbackResult
 from run_otel.pipeline.recorder import Recorder
 from run_otel.sharding import in_shard
@@ -225,3 +226,43 @@ def test_the_schedule_reads_the_young_runs_every_pass_and_the_whole_window_every
     assert window.kept_seconds == 86400 + 128 * 60  # the window, and one period of its oldest part more
     assert 1 / 40 < window.share() < 1 / 35
     assert AgingWindow(60, 300).share() == 1  # a window under eight intervals is read whole each pass
+
+
+def test_a_rating_given_later_on_a_run_a_backfill_exported_is_sent_and_counted_once(tmp_path):
+    """Below the daemon's first start's mark, the runs a backfill exported are the bridge's: a rating
+    given on one after the backfill goes out like any other. Those it did not export (before its
+    range, or in its range but created outside its window) stay out, and a rating it sent with its
+    run is not sent again."""
+    engine = _agent_db(
+        tmp_path,
+        [("run-never", None, 5), ("run-h1", None, 4), ("run-rated", "UP", 4), ("run-skip", None, 20), ("run-h2", None, 3)],
+    )
+    config = _config(tmp_path)
+    config = replace(config, poll=replace(config.poll, start_from="now"))
+    recorder = Counted()
+    with _file_parts(config, tmp_path, recorder) as parts:
+        build_poller(parts).poll()  # the first start: its mark is the newest run, run-h2 (id 5)
+        assert parts.store.load().start_mark == 5  # the precondition: every run is below the mark
+        since = datetime.fromtimestamp(NOW - 10 * 3600, UTC).replace(tzinfo=None)
+        build_backfill(parts).run(2, 5, created_in=Window(since).contains)
+        assert [_run_of(s) for s in _evaluation_spans(tmp_path)] == ["run-rated"]  # sent with its run
+        feedback = build_feedback(parts, clock=lambda: NOW)
+        assert feedback is not None
+        for run_id in ("run-never", "run-h1", "run-skip", "run-h2"):
+            _rate(engine, run_id, "DOWN")
+        assert feedback.run() == FeedbackResult(rated=3, sent=2)
+        assert feedback.run() == FeedbackResult(rated=3, sent=0)
+    assert recorder.sent == [("run-h1", "DOWN"), ("run-h2", "DOWN")]
+    assert [_run_of(s) for s in _evaluation_spans(tmp_path)] == ["run-rated", "run-h1", "run-h2"]
+
+
+def test_the_ranges_a_backfill_exported_grow_batch_by_batch_and_leave_out_what_it_did_not_send():
+    from run_otel.pipeline.backfilled import clipped, covers, merged, ranges_of
+
+    assert ranges_of(1, 10, []) == [(1, 10)]
+    assert ranges_of(1, 10, [1, 4, 5, 10]) == [(2, 3), (6, 9)]
+    assert ranges_of(5, 7, [2, 9]) == [(5, 7)]
+    assert merged([(8, 9), (1, 3), (4, 5), (2, 2), (11, 12)]) == [(1, 5), (8, 9), (11, 12)]
+    assert clipped([(1, 5), (8, 9), (11, 20)], 4, 12) == [(4, 5), (8, 9), (11, 12)]
+    inside = covers([(2, 3), (6, 9)])
+    assert [i for i in range(12) if inside(i)] == [2, 3, 6, 7, 8, 9]

@@ -6,12 +6,17 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
+import uuid
 from collections import Counter
 from datetime import datetime
 
 import pytest
-from helpers import bridge_sections, run_cli, seed, table_rows, write_config
-from servers import Phoenix, wait_for
+import requests
+from helpers import DaemonProcess, add_runs, bridge_sections, rate, run_cli, seed, table_rows, write_config
+from servers import Phoenix, free_port, wait_for
+
+from run_otel.mapping.span_data import root_span_id_for
 
 NO_EVIDENCE = "$.no_evidence"
 TERMINAL = "('SUCCESS', 'FALLBACK', 'FAILED', 'CANCELLED')"
@@ -470,3 +475,59 @@ def test_a_queued_rating_the_state_store_no_longer_holds_is_not_posted_again(age
         now[0] = phoenix_module.QUEUE_SECONDS
         feedback.run()
         assert labels() == ["THUMBS_DOWN"]
+
+
+def test_a_rating_given_after_the_cutover_on_a_backfilled_run_is_counted_and_annotated(agent_db, tmp_path, phoenix):
+    """The first deploy's order: the daemon starts (its mark is the cutover), the backfill sends the
+    history before it. A rating given afterwards on a run the backfill sent is the bridge's to send
+    and count, as on a run the daemon sent; one on a run older than the backfill's window is not."""
+    project = f"backfilled-{os.getpid()}"
+    older = add_runs(agent_db, ["UTC_TIMESTAMP() - INTERVAL 5 HOUR"])  # before the backfill's window
+    history = add_runs(agent_db, ["UTC_TIMESTAMP() - INTERVAL 2 HOUR"] * 3)
+    run_ids = {trace: f"run-{uuid.UUID(trace)}" for trace in older + history}
+    rate(agent_db, [run_ids[history[2]]], "UP")  # rated before the backfill: it sends this one with its run
+    port = free_port()
+    sections = bridge_sections(
+        agent_db,
+        tmp_path,
+        phoenix.url,
+        "http/protobuf",
+        poll={"start_from": "now"},
+        feedback={"interval_seconds": 1},
+        metrics={"enabled": True, "port": port},
+        trace={"conventions": ["gen_ai", "openinference"], "project_name": project},
+        ui={"phoenix_url": phoenix.url},
+    )
+    config = write_config(tmp_path / "run-otel.toml", sections)
+    daemon = DaemonProcess(config, tmp_path / "daemon.log")
+    try:
+        wait_for(lambda: "starting after run id 4" in daemon.output(), 30, "the cutover")
+        done = run_cli("backfill", "--config", str(config), "--since", "3h")
+        assert done.returncode == 0, done.stderr
+        project_spans(phoenix, project, 3)  # the history's roots
+        wait_for(lambda: annotation_labels(phoenix, project, run_ids[history[2]]) == ["UP"], 30, "the backfill's rating")
+
+        rate(agent_db, [run_ids[history[0]], run_ids[older[0]]], "DOWN")
+        wait_for(lambda: counted_ratings(port) == {("DOWN", "none"): 1}, 30, "the later rating counted")
+        wait_for(lambda: annotation_labels(phoenix, project, run_ids[history[0]]) == ["DOWN"], 30, "its annotation")
+        time.sleep(3)  # three more passes: nothing else is sent or counted
+        assert counted_ratings(port) == {("DOWN", "none"): 1}  # the backfill's UP is not counted again
+        assert annotation_labels(phoenix, project, run_ids[older[0]]) == []
+        assert {s["context"]["trace_id"] for s in phoenix.rest(f"projects/{project}/spans", limit=1000)} == set(history)
+    finally:
+        daemon.terminate()
+
+
+def annotation_labels(phoenix: Phoenix, project: str, run_id: str) -> list[str]:
+    return [a["result"]["label"] for a in root_annotations(phoenix, project, root_span_id_for(run_id).hex())]
+
+
+def counted_ratings(port: int) -> dict[tuple[str, str], float]:
+    """diagnosis_run_feedback_total's series above 0 on the daemon's /metrics: (feedback, intent) -> count."""
+    text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("diagnosis_run_feedback_total{") and float(line.rsplit(" ", 1)[1]) > 0:
+            labels = dict(pair.split("=", 1) for pair in line[line.index("{") + 1 : line.index("}")].split(","))
+            out[(labels["feedback"].strip('"'), labels["intent"].strip('"'))] = float(line.rsplit(" ", 1)[1])
+    return out

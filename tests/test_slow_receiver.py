@@ -137,5 +137,59 @@ def test_a_receiver_back_from_an_outage_is_used_before_the_backoff_ends(agent_db
         assert daemon.terminate() == 0
         receiver.stop()
     assert waited < announced / 2, (waited, announced)
-    assert "answers again; polling now rather than in" in daemon.output()
+    assert "answers again; polled then rather than in" in daemon.output()
     assert received_roots(receiver) >= terminal_trace_ids(agent_db)
+
+
+def test_a_receiver_restarted_on_its_port_after_a_long_outage_is_used_within_an_interval(agent_db, tmp_path):
+    """gRPC holds a channel's connection failure for its reconnect backoff, which grows with the
+    outage (to two minutes): every request meanwhile failed at once with the old "Connection
+    refused", and export resumed many seconds after the receiver listened again."""
+    import json
+    from datetime import datetime
+
+    interval = 2.0
+    # The ratings' log records go to the same receiver, over a channel of their own.
+    receiver = Receiver(port=free_port(), logs=True)
+    receiver.start()
+    seed(agent_db, 10, 44)
+    path = write_config(
+        tmp_path / "run-otel.toml",
+        bridge_sections(
+            agent_db,
+            tmp_path,
+            receiver.endpoint,
+            # The failed poll is retried after 48 s at the soonest: only the probe can find the receiver back.
+            poll={"interval_seconds": interval, "retry_initial_seconds": 60, "retry_max_seconds": 60},
+            export={"max_attempts": 1, "timeout_seconds": 2},
+            feedback={"interval_seconds": 1, "log_records": True},
+            log={"format": "json"},
+        ),
+    )
+    daemon = DaemonProcess(path, tmp_path / "daemon.log")
+    try:
+        wait_for(lambda: received_roots(receiver) >= terminal_trace_ids(agent_db), 60, "the first runs")
+        wait_for(lambda: receiver.log_requests, 30, "the ratings' log records")
+        receiver.stop()
+        first = received_roots(receiver)
+        seed(agent_db, 10, 45)  # these finish while nobody listens
+        wait_for(lambda: daemon.output().count("poll failed") >= 1, 30, "a failed poll")
+        time.sleep(30)  # the probes' connection attempts grow gRPC's reconnect backoff past ten seconds
+        receiver = Receiver(port=receiver.port, logs=True)
+        receiver.start()
+        listening, back = time.time(), time.monotonic()
+        wait_for(lambda: received_roots(receiver) | first >= terminal_trace_ids(agent_db), 120, "the runs after the outage", 0.1)
+        resumed = time.monotonic() - back
+        time.sleep(1)  # any late line about the outage would be written by now
+    finally:
+        assert daemon.terminate() == 0
+        receiver.stop()
+    # gRPC's C core writes a line of its own to stderr when the receiver goes away (GOAWAY), not JSON.
+    records = [json.loads(line) for line in daemon.output().splitlines() if line.startswith("{")]
+    after = [r for r in records if datetime.fromisoformat(r["time"].replace("Z", "+00:00")).timestamp() > listening + 0.5]
+    # The precondition: the outage was seen, in the words it had while nobody listened.
+    assert any("Connection refused" in r["message"] for r in records), [r["message"] for r in records]
+    assert resumed < interval + 3, resumed
+    assert [r["message"] for r in after if "Connection refused" in r["message"]] == []
+    back_lines = [r["message"] for r in records if "recovered" in r["message"] or "answers again" in r["message"]]
+    assert len(back_lines) == 1 and "answers again" in back_lines[0], back_lines

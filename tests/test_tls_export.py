@@ -144,3 +144,58 @@ def test_a_credential_over_plaintext_beyond_loopback_is_warned_by_check_and_at_s
     finally:
         daemon.terminate()
     assert "s3cr3t-token" not in checked.stdout + checked.stderr + daemon.output()
+
+
+def _metric_names(request) -> set[str]:
+    return {m.name for rm in request.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_the_bridges_own_metrics_reach_an_mtls_receiver_with_the_export_settings(agent_db, tmp_path, ca, protocol):
+    """metrics.otlp pushes to the traces' endpoint: with the same CA, client pair and compression, set
+    once in [export]."""
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+
+    if protocol == "grpc":
+        grpc_receiver = Receiver(tls=ca.server.read(), client_ca=ca.ca.read_bytes(), metrics=True)
+        grpc_receiver.start()
+        endpoint, stop = f"https://localhost:{grpc_receiver.port}", grpc_receiver.stop
+    else:
+        http_receiver = HttpReceiver(ca.server.cert, ca.server.key, client_ca=ca.ca)
+        http_receiver.start()
+        endpoint, stop = http_receiver.endpoint(), http_receiver.stop
+
+    def pushed() -> list[tuple[ExportMetricsServiceRequest, dict]]:
+        if protocol == "grpc":
+            return list(grpc_receiver.metric_requests)
+        import gzip
+
+        return [
+            (ExportMetricsServiceRequest.FromString(gzip.decompress(body)), headers)
+            for path, headers, body in http_receiver.others
+            if path == "/v1/metrics"
+        ]
+
+    sections = bridge_sections(
+        agent_db,
+        tmp_path,
+        endpoint,
+        protocol,
+        export={
+            "certificate": str(ca.ca),
+            "client_certificate": str(ca.client.cert),
+            "client_key": str(ca.client.key),
+            "compression": "gzip",
+        },
+        metrics={"enabled": True, "prometheus": False, "otlp": True, "otlp_interval_seconds": 0.5},
+    )
+    daemon = DaemonProcess(write_config(tmp_path / "run-otel.toml", sections), tmp_path / "daemon.log")
+    try:
+        wait_for(lambda: pushed() and "starting" in daemon.output(), 30, "the bridge's metrics at the receiver")
+    finally:
+        assert daemon.terminate() == 0
+        stop()
+    request, headers = pushed()[0]
+    assert "run_otel.start.timestamp" in _metric_names(request)
+    if protocol == "http/protobuf":  # gRPC's server takes the grpc-encoding header away before the handler
+        assert headers.get("Content-Encoding") == "gzip", headers

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,6 +22,7 @@ from .export.encoding import RequestFrame, resource_attributes
 from .export.logrecords import LogRecordSender, build_log_sink
 from .export.sending import RequestSender
 from .export.sinks import Sink
+from .export.throttle import Throttle
 from .export.wire import RunEncoder, WireSpans
 from .mapping.content import ContentPolicy
 from .mapping.evaluation import Evaluations
@@ -69,6 +70,8 @@ class Parts:
     mapper: Mapper
     frame: RequestFrame
     recorder: Recorder
+    # The receiver's requested delay, which every sink to it (traces, log records) and the probe wait for.
+    throttle: Throttle = field(default_factory=Throttle)
 
     def close(self) -> None:
         self.source.close()
@@ -94,8 +97,8 @@ def build_store(config: Config, create: bool = True) -> StateStore:
     return StateStore(config.state, config.shard, create)
 
 
-def build_sink(config: Config) -> Sink:
-    return sinks.build_sink(config.export)
+def build_sink(config: Config, throttle: Throttle | None = None) -> Sink:
+    return sinks.build_sink(config.export, throttle)
 
 
 def build_demo_sink(config: Config, out_path: Path) -> Sink:
@@ -144,14 +147,17 @@ def build_parts(
 ) -> Parts:
     """``sink`` and ``store`` replace the configured ones (the demo's file, a test's store); the parts own them."""
     source = build_source(config)
+    recorder = recorder or Recorder()
+    throttle = Throttle(recorder.export_throttled)
     return Parts(
         config,
         source,
-        sink or build_sink(config),
+        sink or build_sink(config, throttle),
         store or build_store(config),
         build_mapper(config, source.clock),
         RequestFrame(_resource(config)),
-        recorder or Recorder(),
+        recorder,
+        throttle,
     )
 
 
@@ -165,6 +171,7 @@ def build_sender(parts: Parts) -> RequestSender:
         config.trace.max_list_length,
         recorder.spans_dropped,
         recorder.request_acknowledged,
+        recorder.request_sending,
     )
 
 
@@ -206,7 +213,9 @@ def build_orphans(parts: Parts, poller: Poller, clock: Callable[[], float] | Non
 
 def build_backfill(parts: Parts) -> BackfillPass:
     config = parts.config
-    return BackfillPass(config.poll, config.shard, parts.source, build_exporter(parts), parts.recorder, build_ratings(parts))
+    # The state store learns what each batch exported, for the ratings given on those runs later.
+    exporter, ratings = build_exporter(parts), build_ratings(parts)
+    return BackfillPass(config.poll, config.shard, parts.source, exporter, parts.recorder, ratings, store=parts.store)
 
 
 def build_ratings(parts: Parts) -> FeedbackSender | None:
@@ -217,7 +226,8 @@ def build_ratings(parts: Parts) -> FeedbackSender | None:
         return None
     log_records = None
     if config.feedback.log_records:
-        log_records = LogRecordSender(build_log_sink(config.export), _resource(config), parts.recorder.export_failed)
+        log_sink = build_log_sink(config.export, parts.throttle)
+        log_records = LogRecordSender(log_sink, _resource(config), parts.recorder.export_failed)
     evaluations = Evaluations(config.feedback, parts.source.clock, "openinference" in config.trace.conventions)
     wire = WireSpans(parts.mapper.limits)
     return FeedbackSender(evaluations, wire, build_sender(parts), log_records, _phoenix(config), build_shapes(parts))
@@ -289,7 +299,7 @@ def build_metrics(config: Config) -> BridgeMetrics:
     from .telemetry.readers import metric_readers
 
     readers, registry, exemplars = metric_readers(config.metrics, config.export)
-    return BridgeMetrics(config.feedback, config.poll.settle_seconds, config.shard, readers, registry, exemplars)
+    return BridgeMetrics(config.feedback, config.poll.settle_seconds, config.shard, readers, registry, exemplars, config.metrics)
 
 
 def build_health_server(config: Config, metrics: BridgeMetrics, alive: Check | None = None) -> HealthServer:

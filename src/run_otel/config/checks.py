@@ -58,6 +58,8 @@ _POSITIVE = (
     ("trace", "max_list_length"),
     ("ha", "takeover_seconds"),
     ("metrics", "otlp_interval_seconds"),
+    ("metrics", "max_tool_names"),
+    ("metrics", "max_dedup_reasons"),
     ("source", "statement_timeout_seconds"),
     ("poll", "stuck_after_seconds"),
     ("poll", "shutdown_timeout_seconds"),

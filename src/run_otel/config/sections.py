@@ -190,6 +190,9 @@ class MetricsConfig:
     prometheus: bool = True
     otlp: bool = False
     otlp_interval_seconds: float = 15.0
+    # The distinct tool names and dedup reasons kept apart; later ones count as "other".
+    max_tool_names: int = 100
+    max_dedup_reasons: int = 20
 
 
 @dataclass(frozen=True)

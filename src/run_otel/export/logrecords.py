@@ -23,6 +23,7 @@ from ..mapping import attributes as A
 from ..mapping.span_data import LogData
 from .encoding import any_value
 from .sinks import ExportError, GrpcSink, HttpSink, Sink
+from .throttle import Throttle
 from .transport import logs_tls
 
 log = logging.getLogger(__name__)
@@ -41,11 +42,12 @@ class HttpLogSink(HttpSink):
     PATH = "/v1/logs"
 
 
-def build_log_sink(config: ExportConfig) -> GrpcLogSink | HttpLogSink:
+def build_log_sink(config: ExportConfig, throttle: Throttle | None = None) -> GrpcLogSink | HttpLogSink:
+    """The log records go to the traces' endpoint, so to the same receiver: pass its ``throttle``."""
     tls = logs_tls(config)
     if config.protocol == "http/protobuf":
-        return HttpLogSink(config, tls)
-    return GrpcLogSink(config, tls)
+        return HttpLogSink(config, tls, throttle)
+    return GrpcLogSink(config, tls, throttle)
 
 
 def encode_log_record(record: LogData) -> LogRecord:

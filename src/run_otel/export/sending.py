@@ -58,9 +58,13 @@ class RequestSender:
         list_length: int,
         on_drop: Callable[[str, int], None],
         on_ack: Callable[[], None] = lambda: None,
+        on_sending: Callable[[bool], None] = lambda _active: None,
     ):
         self._sink = sink
         self._on_ack = on_ack
+        # Told when a request goes out and when its answer (or failure) is in: readiness tells a
+        # request in flight from a poll that waits on nothing it sent.
+        self._on_sending = on_sending
         self._frame = frame
         self._list_length = list_length
         self._on_drop = on_drop
@@ -120,7 +124,7 @@ class RequestSender:
     def _send(self, items: list[_Item], sent: Sent, split: bool = False) -> None:
         request = self._frame.request([item[1] for item in items])
         try:
-            ack = self._sink.send(request)
+            ack = self._deliver(request)
         except TooLarge as exc:
             if len(items) == 1:
                 self._shrink(items[0], sent, str(exc))
@@ -151,7 +155,7 @@ class RequestSender:
                 self._drop(item, sent, f"the receiver refused it as too large even without its attributes ({why})")
                 return
             try:
-                ack = self._sink.send(self._frame.request([encoded]))
+                ack = self._deliver(self._frame.request([encoded]))
             except TooLarge:
                 budget = len(encoded) // 2
                 continue
@@ -166,6 +170,13 @@ class RequestSender:
             self._note(ack, 1)
             sent.rejected += ack.rejected_spans
             return
+
+    def _deliver(self, request: bytes) -> Ack:
+        self._on_sending(True)
+        try:
+            return self._sink.send(request)
+        finally:
+            self._on_sending(False)
 
     def _drop(self, item: _Item, sent: Sent, why: str) -> None:
         log.warning("run %s: dropped span %s: %s; the export goes on without it", item[0], named(item[1]), why)

@@ -34,7 +34,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from ..backoff import Backoff
 from ..config import ExportConfig
 from .deadline import Deadline
-from .transport import Tls, explain, grpc_target, traces_tls
+from .throttle import Throttle, grpc_retry_delay, http_retry_delay
+from .transport import GrpcChannel, Tls, explain, grpc_target, innermost, request_failure, traces_tls
 
 log = logging.getLogger(__name__)
 
@@ -78,68 +79,52 @@ class Sink(Protocol):
     def describe(self) -> str: ...
 
 
-# A receiver's own retry delay (gRPC RetryInfo, HTTP Retry-After) is honoured up to this.
-MAX_SERVER_DELAY = 30.0
-
-
-def _with_retries(attempt: Callable[[], Ack], attempts: int, describe: str, rng: random.Random | None = None) -> Ack:
+def _with_retries(
+    attempt: Callable[[], Ack], attempts: int, describe: str, throttle: Throttle, rng: random.Random | None = None
+) -> Ack:
     """Runs ``attempt`` until it acks, a non-retryable error, or ``attempts`` run out.
 
-    Waits the delay the receiver asked for when it gave one, else the backoff
-    from 0.5 s up to 8 s, with jitter so many senders do not retry in step.
+    Every attempt first waits out the receiver's not-before (``throttle``), whoever was told it;
+    after a failure without a requested delay, the backoff from 0.5 s up to 8 s, with jitter so
+    many senders do not retry in step.
     """
-    backoff = Backoff(0.5, 8.0, rng=rng or random.Random())
+    with throttle.sending():
+        return _attempts(attempt, attempts, describe, throttle, Backoff(0.5, 8.0, rng=rng or random.Random()))
+
+
+def _attempts(attempt: Callable[[], Ack], attempts: int, describe: str, throttle: Throttle, backoff: Backoff) -> Ack:
     for number in range(1, attempts + 1):
+        throttle.wait()
         try:
             return attempt()
         except _Retryable as exc:
+            held = throttle.answered(exc.after) if exc.throttled else None
+            asked = _asked(exc.after, held)
             if number == attempts:
-                raise ExportError(f"{describe}: {exc} (after {attempts} attempts)") from None
-            if exc.after is not None:
-                delay, why = min(exc.after, MAX_SERVER_DELAY), "as the receiver asked"
-            else:
-                delay, why = backoff.delay(number), "backoff"
-            log.warning("export to %s failed (%s); retrying in %.1fs (%s)", describe, exc, delay, why)
+                later = f"; nothing is sent to it for {held:g}s{asked}" if held else ""
+                raise ExportError(f"{describe}: {exc} (after {attempts} attempts{later})") from None
+            if held is not None:
+                log.warning("export to %s failed (%s); retrying in %.1fs (as the receiver asked%s)", describe, exc, held, asked)
+                continue
+            delay = backoff.delay(number)
+            log.warning("export to %s failed (%s); retrying in %.1fs (backoff)", describe, exc, delay)
             time.sleep(delay)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+def _asked(after: float | None, held: float | None) -> str:
+    """Words for a requested delay longer than the cap (MAX_THROTTLE_SECONDS): said, since it is not what was asked."""
+    if after is None or held is None or after <= held:
+        return ""
+    return f": it asked for {after:g}s, cut to {held:g}s"
+
+
 class _Retryable(Exception):
-    def __init__(self, reason: str, after: float | None = None):
+    def __init__(self, reason: str, after: float | None = None, throttled: bool = False):
         super().__init__(reason)
-        self.after = after
-
-
-def grpc_retry_delay(error: grpc.RpcError) -> float | None:
-    """The delay in a google.rpc.RetryInfo detail of the call's status, if any."""
-    from google.rpc import error_details_pb2, status_pb2
-
-    trailers = error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
-    for key, value in trailers or ():
-        if key != "grpc-status-details-bin":
-            continue
-        status = status_pb2.Status.FromString(value)
-        for detail in status.details:
-            if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
-                info = error_details_pb2.RetryInfo()
-                detail.Unpack(info)
-                return info.retry_delay.seconds + info.retry_delay.nanos / 1e9
-    return None
-
-
-def http_retry_delay(header: str | None) -> float | None:
-    """Retry-After in seconds, or as an HTTP date."""
-    if not header:
-        return None
-    try:
-        return max(float(header), 0.0)
-    except ValueError:
-        from email.utils import parsedate_to_datetime
-
-        try:
-            return max(parsedate_to_datetime(header).timestamp() - time.time(), 0.0)
-        except (TypeError, ValueError):
-            return None
+        self.after = after  # the delay the receiver asked for, if any
+        # The receiver asked to slow down: it named a delay, or said it is over its limit (429, RESOURCE_EXHAUSTED).
+        self.throttled = throttled or after is not None
 
 
 # An empty request is valid OTLP: it proves the endpoint speaks it, and exports nothing.
@@ -155,24 +140,16 @@ class GrpcSink:
     # A subclass sends another signal's requests (logrecords.py).
     METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 
-    def __init__(self, config: ExportConfig, tls: Tls | None = None):
+    def __init__(self, config: ExportConfig, tls: Tls | None = None, throttle: Throttle | None = None):
         self._endpoint = config.resolved_endpoint()
         tls = tls or traces_tls(config)
         where = grpc_target(self._endpoint, config, tls)
         self._target = where.target
         self._tls_without_client = where.secure and not tls.cert
-        options = [("grpc.max_send_message_length", 64 * 1024 * 1024)]
-        self._channel = (
-            grpc.secure_channel(self._target, grpc.ssl_channel_credentials(*tls.read()), options=options)
-            if where.secure
-            else grpc.insecure_channel(self._target, options=options)
-        )
+        self.throttle = throttle or Throttle()
+        credentials = grpc.ssl_channel_credentials(*tls.read()) if where.secure else None
         # The request is already serialized: send its bytes as they are.
-        self._export = self._channel.unary_unary(
-            self.METHOD,
-            request_serializer=None,
-            response_deserializer=ExportTraceServiceResponse.FromString,
-        )
+        self._channel = GrpcChannel(self._target, credentials, self.METHOD, ExportTraceServiceResponse.FromString)
         self._metadata = tuple((k.lower(), v) for k, v in config.headers.items())
         self._deadline = Deadline(config.timeout_seconds, config.max_timeout_seconds)
         self._attempts = config.max_attempts
@@ -182,15 +159,15 @@ class GrpcSink:
         return f"OTLP/gRPC {self._target}"
 
     def send(self, request: bytes) -> Ack:
-        return _with_retries(lambda: self._send_once(request), self._attempts, self.describe())
+        return _with_retries(lambda: self._send_once(request), self._attempts, self.describe(), self.throttle)
 
     def probe(self) -> None:
-        _probe(self._send_once, self.describe())
+        _probe(self._send_once, self.describe(), self.throttle)
 
     def _send_once(self, request: bytes) -> Ack:
         deadline, started = self._deadline.seconds, time.monotonic()
         try:
-            response = self._export(request, timeout=deadline, metadata=self._metadata, compression=self._compression)
+            response = self._channel.call(request, timeout=deadline, metadata=self._metadata, compression=self._compression)
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
                 raise _Retryable(f"DEADLINE_EXCEEDED: {self._deadline.exceeded(deadline)}") from None
@@ -198,7 +175,8 @@ class GrpcSink:
             if _too_large(exc.code(), exc.details()):
                 raise TooLarge(f"{self.describe()}: {reason.text}") from None
             if exc.code() in _RETRYABLE_GRPC and not reason.permanent:
-                raise _Retryable(reason.text, grpc_retry_delay(exc)) from None
+                busy = exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                raise _Retryable(reason.text, grpc_retry_delay(exc), throttled=busy) from None
             raise ExportError(f"{self.describe()}: {reason.text}") from None
         self._deadline.answered(time.monotonic() - started)
         return _ack_from(response)
@@ -210,8 +188,9 @@ class GrpcSink:
 class HttpSink:
     PATH = "/v1/traces"
 
-    def __init__(self, config: ExportConfig, tls: Tls | None = None):
+    def __init__(self, config: ExportConfig, tls: Tls | None = None, throttle: Throttle | None = None):
         endpoint = config.resolved_endpoint().rstrip("/").removesuffix("/v1/traces")
+        self.throttle = throttle or Throttle()
         self._url = f"{endpoint}{self.PATH}"
         import requests  # here: a gRPC export never loads it
 
@@ -231,13 +210,13 @@ class HttpSink:
         return f"OTLP/HTTP {self._url}"
 
     def probe(self) -> None:
-        _probe(self._send_once, self.describe())
+        _probe(self._send_once, self.describe(), self.throttle)
 
     def send(self, request: bytes) -> Ack:
         body = request
         if self._gzip:
             body = gzip.compress(body, mtime=0)
-        return _with_retries(lambda: self._send_once(body), self._attempts, self.describe())
+        return _with_retries(lambda: self._send_once(body), self._attempts, self.describe(), self.throttle)
 
     def _send_once(self, body: bytes) -> Ack:
         deadline, started = self._deadline.seconds, time.monotonic()
@@ -247,14 +226,14 @@ class HttpSink:
             )
         except self._requests.exceptions.SSLError as exc:
             # A TLS failure is the same at every attempt: said with what to set, not retried here.
-            reason = explain(f"SSLError: {_innermost(exc)}", "http/protobuf", self._url)
+            reason = explain(f"SSLError: {innermost(exc)}", "http/protobuf", self._url)
             raise ExportError(f"{self.describe()}: {reason.text}") from None
         except self._requests.Timeout as exc:
             if isinstance(exc, self._requests.ConnectTimeout):
                 raise _Retryable("ConnectTimeout") from None
             raise _Retryable(f"{type(exc).__name__}: {self._deadline.exceeded(deadline)}") from None
         except self._requests.RequestException as exc:
-            reason = explain(_request_failure(exc), "http/protobuf", self._url)
+            reason = explain(request_failure(exc), "http/protobuf", self._url)
             if reason.permanent:
                 raise ExportError(f"{self.describe()}: {reason.text}") from None
             raise _Retryable(reason.text) from None
@@ -262,7 +241,8 @@ class HttpSink:
         if response.status_code == 413:
             raise TooLarge(f"{self.describe()}: HTTP 413 {response.text[:200]}")
         if response.status_code in _RETRYABLE_HTTP:
-            raise _Retryable(f"HTTP {response.status_code}", http_retry_delay(response.headers.get("Retry-After")))
+            after = http_retry_delay(response.headers.get("Retry-After"))
+            raise _Retryable(f"HTTP {response.status_code}", after, throttled=response.status_code == 429)
         if response.status_code != 200:
             raise ExportError(f"{self.describe()}: HTTP {response.status_code} {response.text[:200]}")
         parsed = ExportTraceServiceResponse()
@@ -274,27 +254,16 @@ class HttpSink:
         self._session.close()
 
 
-def _innermost(exc: BaseException) -> str:
-    """The TLS library's own words, from under the layers requests and urllib3 wrap them in."""
-    while exc.args and isinstance(exc.args[0], BaseException):
-        exc = exc.args[0]
-    inner = getattr(exc, "reason", None)
-    return str(inner if isinstance(inner, BaseException) else exc)
-
-
-def _request_failure(exc: BaseException) -> str:
-    inner = _innermost(exc)
-    if "BadStatusLine" in inner:
-        # The answer's first bytes, binary when they are an HTTP/2 frame: named, never written out.
-        inner = "BadStatusLine: the answer is not HTTP/1.1" + (" but HTTP/2 frames" if "\\x00" in inner else "")
-    return f"{type(exc).__name__}: {inner}"
-
-
-def _probe(send_once: Callable[[bytes], Ack], describe: str) -> None:
-    """One empty export, no retry and no log line: is the receiver there and speaking OTLP?"""
+def _probe(send_once: Callable[[bytes], Ack], describe: str, throttle: Throttle) -> None:
+    """One empty export, no retry and no log line: is the receiver there and speaking OTLP?
+    Not while it asked for no request: a probe is a request too."""
+    if why := throttle.may_probe():
+        raise ExportError(f"{describe}: not probed: {why}")
     try:
         send_once(EMPTY_REQUEST)
     except _Retryable as exc:
+        if exc.throttled:
+            throttle.answered(exc.after)
         raise ExportError(f"{describe}: {exc}") from None
 
 
@@ -341,7 +310,7 @@ def otlp_json(request: ExportTraceServiceRequest) -> str:
     return json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
 
 
-def build_sink(config: ExportConfig) -> GrpcSink | HttpSink:
+def build_sink(config: ExportConfig, throttle: Throttle | None = None) -> GrpcSink | HttpSink:
     if config.protocol == "http/protobuf":
-        return HttpSink(config)
-    return GrpcSink(config)
+        return HttpSink(config, throttle=throttle)
+    return GrpcSink(config, throttle=throttle)

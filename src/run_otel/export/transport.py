@@ -9,9 +9,14 @@ The CA and the client pair come from ``export.certificate``, ``export.client_cer
 from __future__ import annotations
 
 import ipaddress
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
+
+import grpc
 
 from ..config import ExportConfig
 
@@ -36,6 +41,22 @@ class Tls:
 
     def requests_cert(self) -> tuple[str, str] | None:
         return (self.cert, self.key) if self.cert else None
+
+    def requests_session(self) -> Any:
+        """A requests Session for a client that sets the CA on its session (the SDK's OTLP/HTTP metric
+        exporter). requests lets REQUESTS_CA_BUNDLE beat a session's CA: the configured one is kept."""
+        import requests
+
+        ca = self.ca
+
+        class PinnedCa(requests.Session):
+            def merge_environment_settings(self, *args: Any, **kwargs: Any) -> dict:
+                settings = super().merge_environment_settings(*args, **kwargs)
+                if ca:
+                    settings["verify"] = ca
+                return settings
+
+        return PinnedCa()
 
 
 def _read(path: str) -> bytes | None:
@@ -70,6 +91,54 @@ def grpc_target(endpoint: str, export: ExportConfig, tls: Tls) -> GrpcTarget:
     if parsed.scheme:
         return GrpcTarget(target, parsed.scheme == "https")
     return GrpcTarget(target, not export.insecure or bool(tls.ca or tls.cert))
+
+
+class GrpcChannel:
+    """The gRPC channel to the receiver, opened afresh once it failed to connect.
+
+    A channel keeps a connection failure for its reconnect backoff, which grows to two minutes:
+    every call meanwhile fails at once with the last error ("Connection refused"), though the
+    receiver may have been listening again for a minute. So a channel that failed to connect is
+    closed, which ends its backoff with it, and replaced: the next request connects at once, and a
+    failure it reports is its own.
+    """
+
+    # gRPC's words for a connection that was not made (refused, unreachable, unresolved).
+    _NOT_CONNECTED = ("failed to connect", "dns resolution failed")
+
+    def __init__(self, target: str, credentials: grpc.ChannelCredentials | None, method: str, parse: Callable[[bytes], Any]):
+        self._target, self._credentials, self._method, self._parse = target, credentials, method, parse
+        self._lock = threading.Lock()  # the poll and the daemon's probe share the channel
+        self._current = self._open()
+
+    def _open(self) -> tuple[grpc.Channel, grpc.UnaryUnaryMultiCallable]:
+        options = [("grpc.max_send_message_length", 64 * 1024 * 1024)]
+        channel = (
+            grpc.secure_channel(self._target, self._credentials, options=options)
+            if self._credentials is not None
+            else grpc.insecure_channel(self._target, options=options)
+        )
+        return channel, channel.unary_unary(self._method, request_serializer=None, response_deserializer=self._parse)
+
+    def call(self, request: bytes, **kwargs: Any) -> Any:
+        channel, method = self._current
+        try:
+            return method(request, **kwargs)
+        except grpc.RpcError as exc:
+            words = (exc.details() or "").lower()
+            if exc.code() == grpc.StatusCode.UNAVAILABLE and any(w in words for w in self._NOT_CONNECTED):
+                self._replace(channel)
+            raise
+
+    def _replace(self, failed: grpc.Channel) -> None:
+        with self._lock:
+            if self._current[0] is not failed:  # another thread replaced it already
+                return
+            self._current = self._open()
+        failed.close()
+
+    def close(self) -> None:
+        self._current[0].close()
 
 
 def plaintext(endpoint: str, protocol: str, export: ExportConfig, tls: Tls) -> bool:
@@ -169,3 +238,19 @@ def explain(reason: str, protocol: str, endpoint: str, tls_without_client: bool 
         # Also what a receiver restarting looks like: said, and retried.
         return Explained(f"{reason}; the receiver closed the TLS connection: {_MTLS}")
     return Explained(reason)
+
+
+def innermost(exc: BaseException) -> str:
+    """The TLS library's own words, from under the layers requests and urllib3 wrap them in."""
+    while exc.args and isinstance(exc.args[0], BaseException):
+        exc = exc.args[0]
+    inner = getattr(exc, "reason", None)
+    return str(inner if isinstance(inner, BaseException) else exc)
+
+
+def request_failure(exc: BaseException) -> str:
+    inner = innermost(exc)
+    if "BadStatusLine" in inner:
+        # The answer's first bytes, binary when they are an HTTP/2 frame: named, never written out.
+        inner = "BadStatusLine: the answer is not HTTP/1.1" + (" but HTTP/2 frames" if "\\x00" in inner else "")
+    return f"{type(exc).__name__}: {inner}"

@@ -85,6 +85,14 @@ SCENARIOS = [
         "40m",
         [({"severity": "warning", **JOB, "tool_name": "query_logs"}, "Tool query_logs fails 50% of its calls")],
     ),
+    # The tools past metrics.max_tool_names count together as "other": their failures still page.
+    (
+        "DiagnosisToolErrorRateHigh",
+        "tools past the bound, as other",
+        tools("other", "0+6x60", "0+4x60") + tools("query_logs", "0+10x60", "0x60"),
+        "40m",
+        [({"severity": "warning", **JOB, "tool_name": "other"}, "Tool other fails 40% of its calls")],
+    ),
     ("DiagnosisToolErrorRateHigh", "low traffic", tools("query_logs", "0+0.5x60", "0+0.5x60"), "40m", []),
     ("DiagnosisToolErrorRateHigh", "short spike", tools("query_logs", "0+10x60", "0x20 30 60 60x37"), "30m", []),
     # 3 of 5 ratings a minute are negative, for two hours.

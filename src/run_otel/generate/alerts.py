@@ -133,7 +133,9 @@ def _run_rules(r: _Rules) -> list[dict]:
             "Tool {{ $labels.tool_name }} fails {{ $value | humanizePercentage }} of its calls",
             f"More than {r.t['tool_error_ratio']:.0%} of {{{{ $labels.tool_name }}}} calls failed for "
             f"{r.t['for']}. Failing calls are ERROR spans with error.type=tool_error: TraceQL "
-            f'{{ {_SERVICE} && span.gen_ai.tool.name = "{{{{ $labels.tool_name }}}}" && status = error }}.',
+            f'{{ {_SERVICE} && span.gen_ai.tool.name = "{{{{ $labels.tool_name }}}}" && status = error }}. '
+            'tool_name="other" is every tool past metrics.max_tool_names, counted together '
+            f"({I.LABELS_FOLDED.prometheus}): leave the name out of that query to see which one fails.",
             r.t["for"],
             RAG_DASHBOARD,
         ),

@@ -218,13 +218,17 @@ def _series(d: Dashboard, stack: Stack) -> Dashboard:
             panel(
                 "Bad-row warnings, export failures and late rows",
                 "short",
-                "Per minute: bad values mapped around in source rows, batches not acknowledged (retried), and rows "
+                "Per minute: bad values mapped around in source rows, batches not acknowledged (retried), answers in "
+                "which the receiver asked run-otel to slow down (it is sent nothing until the delay it asked for), rows "
                 "sent into a trace after its first export (tool rows committed late; runs sent as incomplete that finished), "
-                "and pending runs deleted from the source before they finished.",
+                "pending runs deleted from the source before they finished, and values of a bounded label counted as "
+                "other (past metrics.max_tool_names or max_dedup_reasons).",
                 query(f"sum(rate({I.ROW_WARNINGS.prometheus}{WHERE}[{RATE}])) * 60", "row warnings"),
                 query(f"sum(rate({I.EXPORT_FAILURES.prometheus}{WHERE}[{RATE}])) * 60", "export failures"),
+                query(f"sum(rate({I.EXPORT_THROTTLED.prometheus}{WHERE}[{RATE}])) * 60", "throttled by the receiver"),
                 query(f"sum by (kind) (rate({I.LATE_ROWS.prometheus}{WHERE}[{RATE}])) * 60", "late {{kind}}"),
                 query(f"sum(rate({I.PENDING_DELETED.prometheus}{WHERE}[{RATE}])) * 60", "pending runs deleted"),
+                query(f"sum by (label) (rate({I.LABELS_FOLDED.prometheus}{WHERE}[{RATE}])) * 60", "{{label}} folded to other"),
             )
         )
         .with_panel(

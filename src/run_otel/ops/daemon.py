@@ -88,6 +88,7 @@ class Daemon:
         # Probed during an export backoff: the poll's own sink, so its answer is the poll's.
         self._sink = service.parts.sink
         self._receiver_seen_down = False
+        self._back = ""  # what the probe found, for the recovery line
 
     # -- health -------------------------------------------------------------------
 
@@ -158,10 +159,10 @@ class Daemon:
             self._failed(exc, "feedback pass failed")
             return
         if self._failures:
-            log.info("exports recovered after %d failed poll(s); %s", self._failures, summary(result))
+            log.info("exports recovered after %d failed poll(s)%s; %s", self._failures, self._back, summary(result))
         elif result.run_count:
             log.debug(summary(result))
-        self._failures, self._retry_at = 0, 0.0
+        self._failures, self._retry_at, self._back = 0, 0.0, ""
         if result.next_settle_at is not None and result.next_settle_at - time.time() < self._config.poll.interval_seconds:
             # A finished run waits out poll.settle_seconds, not a whole extra interval.
             self._wake_at(result.next_settle_at, "settle")
@@ -193,9 +194,9 @@ class Daemon:
             return
         self._unschedule("probe")
         if self._receiver_seen_down and self._retry_at > time.monotonic():
-            log.info(
-                "%s answers again; polling now rather than in %.0fs", self._sink.describe(), self._retry_at - time.monotonic()
-            )
+            # Said once, in the recovery line of the poll this wakes: one line says the receiver is back.
+            early = self._retry_at - time.monotonic()
+            self._back = f" ({self._sink.describe()} answers again; polled then rather than in {early:.0f}s)"
             self._retry_at = 0.0
             self._wake_at(time.time(), "retry")
 

@@ -12,6 +12,7 @@ from ..pipeline.backfill import Window
 from ..pipeline.state_store import StateStoreError
 from ..source.clock import SourceClock
 from ..source.rows import RunRow
+from ..telemetry.bounds import LabelBounds
 from ..telemetry.history import Grid, HistoryWindowError, MetricsHistory
 
 
@@ -31,7 +32,8 @@ def build_history(config: Config, window: Window, step: int, now: float | None =
 
     feedback = config.feedback
     label_of = feedback.label_of if feedback.enabled else None
-    return MetricsHistory(Grid.covering(start, end, step), finished_at, label_of, daemon_counted(config))
+    grid = Grid.covering(start, end, step)
+    return MetricsHistory(grid, finished_at, label_of, daemon_counted(config), LabelBounds.of(config.metrics))
 
 
 def daemon_counted(config: Config) -> Callable[[RunRow], bool] | None:

@@ -7,7 +7,8 @@ within ``feedback.window_seconds`` that may carry a rating not sent yet
 index on ``updated_at`` where it has one, else a primary-key range that reaches
 further back the older its runs, found by primary-key probes. The range starts
 above the first start's mark and ends at the checkpoint; beside it come the runs
-the first start took over in flight below its mark, which it sent too. Runs still pending or missing are left out:
+the first start took over in flight below its mark, which it sent too, and those
+below the mark that a backfill exported (``backfilled.py``). Runs still pending or missing are left out:
 a rating alone, without its run's trace, would be an orphan trace. A value not sent before, or
 changed since, becomes a child span of the run's root, inside the run's window
 (``evaluation.py``), and, where configured, a ``gen_ai.evaluation.result`` log
@@ -37,6 +38,7 @@ from ..mapping.span_data import RunIdentity, completion_span_id_for, identity_fo
 from ..sharding import in_shard
 from ..source.reader import Source
 from ..source.rows import FeedbackRow
+from .backfilled import Range, clipped, covers
 from .checkpoint import Checkpoint
 from .duplicates import DuplicateRule, key_of
 from .feedback_window import RATING_COMMIT_SECONDS, AgingWindow
@@ -172,12 +174,16 @@ class FeedbackPass:
     def _pass(self) -> FeedbackResult:
         self._ratings.look_again(self._current)
         checkpoint = self._store.load()
-        if checkpoint is None or (checkpoint.high_water <= checkpoint.start_mark and not checkpoint.taken_over):
+        backfilled = self._store.backfilled() if checkpoint is not None else []
+        if checkpoint is None or (
+            checkpoint.high_water <= checkpoint.start_mark and not checkpoint.taken_over and not backfilled
+        ):
             return FeedbackResult()
         now = self._clock()
         # A pending or missing run is not sent yet: its rating goes out on the pass after its export.
         unsent = checkpoint.pending.keys() | checkpoint.gaps.keys()
-        rated = [row for row in self._read(checkpoint, now) if row.id not in unsent and in_shard(row.run_id, self._store.shard)]
+        read = self._read(checkpoint, backfilled, now)
+        rated = [row for row in read if row.id not in unsent and in_shard(row.run_id, self._store.shard)]
         self._unmapped.note(row.feedback for row in rated)
         # A later row with a run id an earlier one has keeps its rating under a key of its own.
         ids = self._ratings.identities(rated)
@@ -197,31 +203,38 @@ class FeedbackPass:
             log.debug("feedback: %d rated runs in the window, %d new or changed sent", len(rated), len(changed))
         return FeedbackResult(len(rated), len(changed))
 
-    def _read(self, checkpoint: Checkpoint, now: float) -> list[FeedbackRow]:
+    def _read(self, checkpoint: Checkpoint, backfilled: list[Range], now: float) -> list[FeedbackRow]:
         """The rated runs this pass looks at (``feedback_window.py``). The first pass after a start reads
         the whole window; each later one the runs exported since the pass before, by primary key (a rating
         they had when read), and the runs that may have been rated since: by the index on updated_at where
-        the agent has one, else the part of the window due this pass."""
+        the agent has one, else the part of the window due this pass. Below the first start's mark, only
+        the runs this bridge sent: those it took over in flight, and those a backfill exported."""
         if not self._looked:
             self._index, self._looked = self._source.updated_at_index(), True
         # updated_at is on the database's clock; without the index the window's edge is all it bounds
         db_now = now + (self._source.clock_offset(self._clock) or 0.0) if self._index is not None else now
         unsent = checkpoint.pending.keys() | checkpoint.gaps.keys()
-        last, high = self._last, checkpoint.high_water
+        last, high, mark = self._last, checkpoint.high_water, checkpoint.start_mark
         self._next = _Read(db_now - RATING_COMMIT_SECONDS, high, frozenset(unsent))
+        whole = last is None or self._aging.age(self._aging.passes + 1) >= self._aging.kept_seconds
+        if whole and backfilled:  # ranges wholly below the window are forgotten when it is read whole
+            backfilled = self._forget_backfilled(backfilled, self._first_id(now - self._aging.kept_seconds))
         if last is None:
             first = self._first_id(db_now - self._config.window_seconds)
-            return [*self._taken_over(checkpoint, first), *self._source.rated_runs(max(first, checkpoint.start_mark + 1), high)]
-        rows = self._source.rated_runs(last.high_water + 1, high) if high > last.high_water else []
-        rows += self._source.rated_runs_by_ids(last.unsent - unsent)
-        if self._index is not None:
-            created_from = self._naive(db_now - self._config.window_seconds)
-            rows += self._source.rated_runs_updated_since(self._naive(last.since), created_from, high, self._index)
-        else:  # below what the first read covers, as far back as this pass reaches
-            first = self._first_id(now - self._aging.age(self._aging.passes + 1))
-            rows += self._taken_over(checkpoint, first)
-            rows += self._source.rated_runs(max(first, checkpoint.start_mark + 1), min(last.high_water, high))
-        by_id = {row.id: row for row in rows if row.id > checkpoint.start_mark or row.id in checkpoint.taken_over}
+            rows = [*self._taken_over(checkpoint, first), *self._backfilled(backfilled, mark, first)]
+            rows += self._source.rated_runs(max(first, mark + 1), high)
+        else:
+            rows = self._source.rated_runs(last.high_water + 1, high) if high > last.high_water else []
+            rows += self._source.rated_runs_by_ids(last.unsent - unsent)
+            if self._index is not None:
+                created_from = self._naive(db_now - self._config.window_seconds)
+                rows += self._source.rated_runs_updated_since(self._naive(last.since), created_from, high, self._index)
+            else:  # below what the first read covers, as far back as this pass reaches
+                first = self._first_id(now - self._aging.age(self._aging.passes + 1))
+                rows += [*self._taken_over(checkpoint, first), *self._backfilled(backfilled, mark, first)]
+                rows += self._source.rated_runs(max(first, mark + 1), min(last.high_water, high))
+        sent_below = covers(clipped(backfilled, 0, mark))
+        by_id = {row.id: row for row in rows if row.id > mark or row.id in checkpoint.taken_over or sent_below(row.id)}
         return [by_id[i] for i in sorted(by_id)]
 
     def _naive(self, epoch: float) -> datetime:
@@ -248,3 +261,18 @@ class FeedbackPass:
         if not ids:
             return []
         return [row for row in self._source.rated_runs(min(ids), max(ids)) if row.id in checkpoint.taken_over]
+
+    def _backfilled(self, ranges: list[Range], start_mark: int, first: int) -> list[FeedbackRow]:
+        """The rated runs backfills exported below the start mark (above it the runs are the daemon's)
+        from ``first`` on, in one range read from the first to the last recorded id, however many ranges."""
+        cut = clipped(ranges, first, start_mark)
+        if not cut:
+            return []
+        inside = covers(cut)
+        return [row for row in self._source.rated_runs(cut[0][0], cut[-1][1]) if inside(row.id)]
+
+    def _forget_backfilled(self, ranges: list[Range], window_first: int) -> list[Range]:
+        """Forgets the ranges wholly below the window, so the cost follows the window, not the history."""
+        if any(last < window_first for _first, last in ranges):
+            self._store.forget_backfilled(window_first)
+        return [(first, last) for first, last in ranges if last >= window_first]

@@ -19,6 +19,7 @@ from ..config import PollConfig
 from ..mapping.times import FUTURE_UPDATED_AT
 from ..sharding import in_shard
 from ..source.clock import zone_finding
+from ..source.errors import ConnectionLost
 from ..source.reader import Source, SourceError
 from ..source.rows import RunRow
 from .checkpoint import Checkpoint
@@ -90,11 +91,12 @@ class Poller:
             self._drain(total, late)
             if late and self._late is not None and not self.stop_requested.is_set():
                 self._late.run(self._offset)
-        except Exception:
+        except Exception as exc:
             self._recorder.poll_finished(
                 self._clock() - started, ok=False, pending=self._checkpoint_pending, oldest_pending=self._oldest_pending()
             )
-            self._record_backlog()  # an outage is when the backlog matters most
+            if not isinstance(exc, ConnectionLost):  # a database that stopped answering would only hold the failure up
+                self._record_backlog()  # an outage is when the backlog matters most
             raise
         self._recorder.poll_finished(
             self._clock() - started, ok=True, pending=total.pending, oldest_pending=self._oldest_pending()

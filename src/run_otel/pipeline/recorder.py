@@ -23,6 +23,12 @@ class Recorder:
     def request_acknowledged(self) -> None:
         """One request of a batch was acknowledged: progress, even while the batch goes on."""
 
+    def request_sending(self, active: bool) -> None:
+        """A request went out (True), or its answer or failure is in (False)."""
+
+    def export_throttled(self) -> None:
+        """The receiver asked run-otel to slow down (a RetryInfo, a Retry-After, HTTP 429)."""
+
     def poll_finished(self, seconds: float, ok: bool, pending: int, oldest_pending: float = 0.0) -> None:
         """``oldest_pending``: seconds the longest-waiting pending run has waited since first seen."""
 

@@ -1,7 +1,8 @@
 """The state store: any SQLAlchemy database (default a SQLite file) holding where each shard
 stands (``checkpoint.py``), the runs watched after their export (``watch.py``), the ratings
-sent (``ratings_ledger.py``), the runs sent incomplete as first sent (``first_sends.py``) and the
-look for orphan tool rows (``orphans.py``), in the tables of ``state_tables.py``.
+sent (``ratings_ledger.py``), the runs sent incomplete as first sent (``first_sends.py``), the
+look for orphan tool rows (``orphans.py``) and the id ranges a backfill exported
+(``backfilled.py``), in the tables of ``state_tables.py``.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from ..config import StateConfig
 from ..sharding import Shard, shard_name
 from ..source.engine import make_engine, safe_url
+from . import backfilled, ratings_ledger, state_tables, watch
 from . import first_sends as first_sends_table
-from . import ratings_ledger, state_tables, watch
+from .backfilled import Range
 from .checkpoint import FORMAT_VERSION, Checkpoint
 from .first_sends import FirstSend, Sent
 from .orphan_scan import OrphanScan
@@ -225,6 +227,32 @@ class StateStore:
                 ratings_ledger.forget(conn, self.name, forget_before)
         except SQLAlchemyError as exc:
             raise self._failed("cannot save the feedback sent", exc) from None
+
+    # -- what a backfill exported ------------------------------------------------------
+
+    def save_backfilled(self, ranges: list[Range], ratings: dict[str, SentRating], now: float) -> None:
+        """Records, in one transaction, the id ranges a backfill's batch exported and the ratings it sent."""
+        try:
+            with self.engine.begin() as conn:
+                backfilled.record(conn, self.name, ranges, now)
+                ratings_ledger.record(conn, self.name, ratings, now)
+        except SQLAlchemyError as exc:
+            raise self._failed("cannot save what the backfill sent", exc) from None
+
+    def backfilled(self) -> list[Range]:
+        """The id ranges backfills exported for this shard, merged, in id order."""
+        try:
+            with self.engine.connect() as conn:
+                return backfilled.load(conn, self.name)
+        except SQLAlchemyError as exc:
+            raise self._failed("is unreadable", exc) from None
+
+    def forget_backfilled(self, below: int) -> None:
+        try:
+            with self.engine.begin() as conn:
+                backfilled.forget(conn, self.name, below)
+        except SQLAlchemyError as exc:
+            raise self._failed("cannot forget the ranges a backfill sent", exc) from None
 
     def close(self) -> None:
         self.engine.dispose()

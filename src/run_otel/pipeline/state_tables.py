@@ -1,11 +1,12 @@
 """The state store's tables, and the changes made in place to tables of earlier releases.
 
-Six tables, one row per shard, per run and shard, or per run: ``run_otel_checkpoint`` (where the
-poller stands), ``run_otel_feedback`` (the ratings sent, ``ratings_ledger.py``),
-``run_otel_watch`` (the runs kept complete after their export, ``watch.py``),
-``run_otel_tool_cursor`` (the highest tool id the watch read, ``tool_feed.py``),
-``run_otel_incomplete`` (the runs sent incomplete, as first sent, ``first_sends.py``) and
-``run_otel_orphans`` (the look for tool rows whose run never appears, ``orphans.py``).
+Seven tables, one row per shard, per run and shard, per run, or per id range and shard:
+``run_otel_checkpoint`` (where the poller stands), ``run_otel_feedback`` (the ratings sent,
+``ratings_ledger.py``), ``run_otel_watch`` (the runs kept complete after their export,
+``watch.py``), ``run_otel_tool_cursor`` (the highest tool id the watch read, ``tool_feed.py``),
+``run_otel_incomplete`` (the runs sent incomplete, as first sent, ``first_sends.py``),
+``run_otel_orphans`` (the look for tool rows whose run never appears, ``orphans.py``) and
+``run_otel_backfilled`` (the id ranges a backfill exported, ``backfilled.py``).
 """
 
 from __future__ import annotations
@@ -109,6 +110,17 @@ orphan_table = Table(
     Column("shard", String(64), primary_key=True),
     Column("tool_cursor", BigInteger, nullable=False),
     Column("found", Text, nullable=False),
+    Column("saved_at", Seconds, nullable=False),
+)
+
+# The id ranges a backfill exported (first and last id, both included), whose later ratings the
+# feedback pass sends; a range grows in its row as the backfill's batches are acknowledged.
+backfilled_table = Table(
+    "run_otel_backfilled",
+    metadata,
+    Column("shard", String(64), primary_key=True),
+    Column("first_id", BigInteger, primary_key=True, autoincrement=False),
+    Column("last_id", BigInteger, nullable=False),
     Column("saved_at", Seconds, nullable=False),
 )
 

@@ -1,5 +1,14 @@
 """The engine for the agent's database and the state store: drivers, TLS, the
-session's read-only settings and statement timeout, and URLs safe to print."""
+session's read-only settings and statement timeout, and URLs safe to print.
+
+A database that stops answering without closing the connection (a frozen server, a hung proxy
+or load balancer) must fail the poll within a known time. The server ends every statement at
+``source.statement_timeout_seconds``; the socket's read timeout, that plus
+``source.connect_timeout_seconds``, is the backstop for a server that sends nothing at all. A new
+connection's handshake, and the ping that checks a pooled connection before it is reused, get
+``source.connect_timeout_seconds`` alone: a server answers those at once, and holding each to
+the backstop made one checkout wait it out twice (the ping, then the reconnect).
+"""
 
 from __future__ import annotations
 
@@ -31,7 +40,7 @@ def make_engine(url: URL, connect_timeout: float = 10.0, source: SourceConfig | 
     """
     connect_args: dict = {}
     if url.get_backend_name() == "mysql":
-        connect_args = {"connect_timeout": max(1, int(connect_timeout)), "charset": "utf8mb4"}
+        connect_args = {"connect_timeout": _whole(connect_timeout), "charset": "utf8mb4"}
         # Each poll must see rows committed since the last one.
         kwargs.setdefault("isolation_level", "READ COMMITTED")
         if source is not None:
@@ -52,9 +61,52 @@ def make_engine(url: URL, connect_timeout: float = 10.0, source: SourceConfig | 
         raise ConfigError(f"{safe_url(url)}: the driver is not installed (no module {exc.name!r}): {install}") from None
     if url.get_backend_name() == "mysql" and source is not None:
         event.listen(engine, "connect", _session_setup(source))
+        _hold_the_ping(engine, source.connect_timeout_seconds)
         if source.password_file:
             read_on_connect(engine, source.password_file)
     return engine
+
+
+def _whole(seconds: float) -> int:
+    """Seconds as the drivers take them: mysql-connector only whole ones, and never 0 (no limit)."""
+    return max(1, int(seconds))
+
+
+def _backstop(source: SourceConfig) -> int:
+    """The socket read timeout of a statement: past the server's own limit by the connect timeout,
+    so that a statement the server ends still fails with the server's own words."""
+    return _whole(source.statement_timeout_seconds + source.connect_timeout_seconds)
+
+
+def _settable_read_timeout(dbapi_connection: Any) -> bool:
+    """Whether the driver reads the connection's read timeout afresh at each packet: PyMySQL does.
+    mysql-connector's C extension and mysqlclient fix it when the connection opens."""
+    try:
+        from pymysql.connections import Connection
+    except ImportError:  # pragma: no cover - PyMySQL is a dependency
+        return False
+    return isinstance(dbapi_connection, Connection) and hasattr(dbapi_connection, "_read_timeout")
+
+
+def _hold_the_ping(engine: Engine, seconds: float) -> None:
+    """The pool's check of a connection before it is reused, held to ``seconds`` (the connect
+    timeout) rather than the statement backstop. Where the driver fixes the read timeout when the
+    connection opens, the check is skipped: it would wait out the whole backstop, and a connection
+    the server closed fails its first statement at once anyway (the poll is retried on a new one)."""
+    ping = engine.dialect.do_ping
+    limit = _whole(seconds)
+
+    def do_ping(dbapi_connection: Any) -> bool:
+        if not _settable_read_timeout(dbapi_connection):
+            return True
+        backstop = dbapi_connection._read_timeout
+        dbapi_connection._read_timeout = limit
+        try:
+            return bool(ping(dbapi_connection))
+        finally:
+            dbapi_connection._read_timeout = backstop
+
+    engine.dialect.do_ping = do_ping  # type: ignore[method-assign]
 
 
 # The drivers run-otel ships an extra for, and how to get them.
@@ -79,8 +131,13 @@ def _warn_without_c_extension() -> None:
 def _mysql_source_args(url: URL, source: SourceConfig) -> dict:
     # The server-side limits below end a statement; the socket timeout is the
     # backstop for a server that stops answering altogether.
-    backstop = int(source.statement_timeout_seconds) + 10
+    backstop = _backstop(source)
     args: dict = {"read_timeout": backstop, "write_timeout": backstop}
+    if url.get_driver_name() == "pymysql":
+        # PyMySQL reads the server's greeting under the read timeout (the C clients under the
+        # connect timeout): the handshake gets the connect timeout, and the session setup below
+        # raises it to the backstop once the connection is open.
+        args["read_timeout"] = _whole(source.connect_timeout_seconds)
     args.update(_TLS_ARGS.get(url.get_driver_name(), _mysqlclient_tls)(source))
     return args
 
@@ -132,7 +189,7 @@ def _session_setup(source: SourceConfig) -> Callable[[Any, Any], None]:
     Where TLS is required, the session must really be encrypted: a driver that falls
     back to plain text is refused here, whatever its own settings did."""
     seconds = source.statement_timeout_seconds
-    whole = max(1, int(seconds))
+    whole, backstop = _whole(seconds), _backstop(source)
     tls_required = source.tls_mode not in ("disabled", "preferred")
 
     def on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -149,5 +206,8 @@ def _session_setup(source: SourceConfig) -> Callable[[Any, Any], None]:
                     raise SourceError(f"source.tls_mode = {source.tls_mode}, but the session is not encrypted")
         finally:
             cursor.close()
+        if _settable_read_timeout(dbapi_connection):
+            # The handshake and the setup are done under the connect timeout: statements get the backstop.
+            dbapi_connection._read_timeout = backstop
 
     return on_connect

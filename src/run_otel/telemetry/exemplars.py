@@ -17,6 +17,7 @@ Two paths, because the libraries differ:
 from __future__ import annotations
 
 import bisect
+import logging
 import math
 import threading
 import time
@@ -30,7 +31,11 @@ from prometheus_client.samples import Exemplar, Sample
 
 from . import instruments as I
 
+log = logging.getLogger(__name__)
+
 TRACE_ID_LABEL = "trace_id"
+# The label of the one series the SDK folds every label set past its cardinality limit into.
+OVERFLOW_LABEL = "otel_metric_overflow"
 SPAN_ID_LABEL = "span_id"
 
 
@@ -89,11 +94,26 @@ class ExemplarCollector(Collector):
     def __init__(self, source: CollectorRegistry, store: ExemplarStore):
         self._source = source
         self._store = store
+        self._overflowed: set[str] = set()
 
     def collect(self) -> Iterable:
         for family in self._source.collect():
             family.samples = [self._with_exemplar(sample) for sample in family.samples]
+            self._note_overflow(family.name, family.samples)
             yield family
+
+    def _note_overflow(self, name: str, samples: list[Sample]) -> None:
+        """The SDK's cardinality limit is set above what the label bounds allow; should it be reached
+        all the same (an SDK that ignores the limit, a label without a bound), it is said once."""
+        if name in self._overflowed or not any(OVERFLOW_LABEL in sample.labels for sample in samples):
+            return
+        self._overflowed.add(name)
+        log.warning(
+            "%s: the OpenTelemetry SDK reached its cardinality limit and counts every further label set in one "
+            'series labelled %s="true", without its labels; lower metrics.max_tool_names or max_dedup_reasons',
+            name,
+            OVERFLOW_LABEL,
+        )
 
     def _with_exemplar(self, sample: Sample) -> Sample:
         if sample.exemplar is not None:

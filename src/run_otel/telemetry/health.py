@@ -82,8 +82,9 @@ def readiness(
     metrics: BridgeMetrics, interval: float, request_seconds: float, clock: Callable[[], float] = time.time
 ) -> Callable[[], tuple[bool, str]]:
     """Ready unless a poll failed since the last progress, or no poll finished and no request was
-    acknowledged for three poll intervals plus ``request_seconds``, the longest a request may wait
-    for its answer: a backlog drained behind a slow receiver is progress, not a stall."""
+    acknowledged for three poll intervals. Past that, only an OTLP request actually in flight keeps
+    it up, for ``request_seconds``, the longest a request may wait for its answer: a backlog drained
+    behind a slow receiver is progress, not a stall, but a poll that waits on the database is not."""
 
     def ready() -> tuple[bool, str]:
         if metrics.standby:
@@ -99,10 +100,16 @@ def readiness(
         if not latest or metrics.last_failure > latest:
             return False, "not ready: the last poll failed or none has finished yet"
         quiet = now - latest
-        if quiet > 3 * interval + request_seconds:
-            return False, f"not ready: no poll finished and no request was acknowledged for {quiet:.0f}s"
-        if metrics.last_progress >= metrics.last_success:
+        draining = metrics.last_progress >= metrics.last_success
+        sending_since = metrics.sending_since
+        if sending_since is not None and now - sending_since <= request_seconds:
+            flying = f"a request is in flight for {now - sending_since:.0f}s"
+            if draining:
+                return True, f"ready: a poll is draining; {flying}, the last was acknowledged {quiet:.0f}s ago"
+            return True, f"ready: {flying}; the last poll finished {quiet:.0f}s ago"
+        if quiet <= 3 * interval:
             return True, f"ready: a poll is draining; the last request was acknowledged {quiet:.0f}s ago"
-        return True, f"ready: a request is in flight; the last poll finished {quiet:.0f}s ago"
+        waiting = "" if sending_since is None else f"; a request has waited {now - sending_since:.0f}s for its answer"
+        return False, f"not ready: no poll finished and no request was acknowledged for {quiet:.0f}s{waiting}"
 
     return ready

@@ -14,10 +14,12 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from ..config import MetricsConfig
 from ..pipeline.recorder import Recorder
 from ..pipeline.results import PollResult
 from ..source.rows import RunRow
 from . import instruments as I
+from .bounds import LabelBounds
 from .measurements import FeedbackLabel, Measurement, run_measurements, zero_series
 
 SeriesKey = tuple[str, tuple[str, ...]]  # (instrument name, label values)
@@ -101,10 +103,13 @@ class MetricsHistory(Recorder):
         finished_at: Callable[[RunRow], float | None],
         feedback_label: FeedbackLabel,
         daemon_counts: Callable[[RunRow], bool] | None = None,
+        bounds: LabelBounds | None = None,
     ):
         self.grid = grid
         self._finished_at = finished_at
         self._feedback_label = feedback_label
+        # The live metrics' bounds, so an imported day has the series a scraped one would have.
+        self._bounds = bounds or LabelBounds.of(MetricsConfig())
         # The runs the daemon's live metrics count: left out here, so no run is counted twice.
         self._daemon_counts = daemon_counts
         self.left_to_daemon = 0
@@ -123,7 +128,7 @@ class MetricsHistory(Recorder):
             step = self.grid.steps if moment is None else self.grid.index(moment)
             at = float(self.grid.first + step * self.grid.step) if moment is None else moment
             self.runs += 1
-            for measurement in run_measurements(exported, self._feedback_label):
+            for measurement in run_measurements(exported, self._feedback_label, self._bounds):
                 self._add(measurement, step, at)
 
     def _add(self, m: Measurement, step: int, at: float) -> None:

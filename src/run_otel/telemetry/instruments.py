@@ -136,7 +136,21 @@ ZONE_SUSPECT = Instrument(
     "1 while the newest rows do not fit source.timezone (run times then count from when a run was seen).",
 )
 EXPORT_FAILURES = Instrument("run_otel.export.failures", COUNTER, "{batch}", "Batches the receiver did not acknowledge.")
+EXPORT_THROTTLED = Instrument(
+    "run_otel.export.throttled",
+    COUNTER,
+    "{answer}",
+    "Answers in which the receiver asked run-otel to slow down (gRPC RetryInfo or RESOURCE_EXHAUSTED, "
+    "HTTP 429 or Retry-After); no request goes to it before the delay it asked for.",
+)
 ROW_WARNINGS = Instrument("run_otel.row.warnings", COUNTER, "{warning}", "Bad values in source rows, mapped around.")
+LABELS_FOLDED = Instrument(
+    "run_otel.labels.folded",
+    COUNTER,
+    "{value}",
+    "Values of a bounded label (tool_name, dedup_reason) counted as other: past metrics.max_tool_names or max_dedup_reasons.",
+    ("label",),
+)
 POLL_DURATION = Instrument("run_otel.poll.duration", HISTOGRAM, "s", "Time per poll, all batches.", ("outcome",))
 EXPORT_DELAY = Instrument(
     "run_otel.export.delay", HISTOGRAM, "s", "From a run being settled to its acknowledgement.", (), DELAY_BUCKETS
@@ -179,7 +193,9 @@ HEALTH_INSTRUMENTS = (
     CLOCK_OFFSET,
     ZONE_SUSPECT,
     EXPORT_FAILURES,
+    EXPORT_THROTTLED,
     ROW_WARNINGS,
+    LABELS_FOLDED,
     POLL_DURATION,
     EXPORT_DELAY,
     PENDING_RUNS,

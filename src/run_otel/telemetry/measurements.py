@@ -7,7 +7,7 @@ scraped it or imported it. Nothing here loads the metrics SDK.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import NamedTuple
 
 from ..mapping.span_data import MAX_DURATION_MS, identity_for, tool_span_id_for
@@ -17,30 +17,17 @@ from ..source.rows import (
     RELEVANCE_LEVELS,
     RETRIEVAL_LAYERS,
     TERMINAL_STATUSES,
-    WAITING_STATUSES,
     ToolRow,
     is_terminal,
 )
 from ..source.rows import RELEASE_OUTCOMES as _OUTCOMES
 from . import instruments as I
+from .bounds import NONE, OTHER, STATUSES, LabelBounds, label
 
-NONE = "none"
-OTHER = "other"
-
-STATUSES = TERMINAL_STATUSES | {s for s in WAITING_STATUSES if s}
+__all__ = ["NONE", "OTHER", "STATUSES", "Measurement", "label", "run_measurements", "tool_measurements", "zero_series"]
 
 # A rating's label ("UP", "DOWN"...), or None when ratings are not counted.
 FeedbackLabel = Callable[[str], str | None] | None
-
-
-def label(value: object, known: frozenset | None = None) -> str:
-    """A low-cardinality label: "none" for NULL, "other" for a value outside ``known``."""
-    if value is None:
-        return NONE
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    text = str(value)
-    return text if known is None or text in known else OTHER
 
 
 class Measurement(NamedTuple):
@@ -53,7 +40,7 @@ class Measurement(NamedTuple):
     keep_exemplar: bool = False
 
 
-def run_measurements(exported: ExportedRun, feedback_label: FeedbackLabel) -> Iterator[Measurement]:
+def run_measurements(exported: ExportedRun, feedback_label: FeedbackLabel, bounds: LabelBounds) -> Iterator[Measurement]:
     """Every counter increment and histogram observation one exported run makes."""
     run = exported.run
     status, intent = label(run.status, STATUSES), label(run.intent, INTENTS)
@@ -70,11 +57,12 @@ def run_measurements(exported: ExportedRun, feedback_label: FeedbackLabel) -> It
     if run.total_token_count:
         yield Measurement(I.RUN_TOKENS, (intent,), max(run.total_token_count, 0), trace_id, root_id)
     for tool in exported.tools:
-        yield from tool_measurements(tool, trace_id, tool_span_id_for(ids.key, tool.id))
+        yield from tool_measurements(tool, trace_id, tool_span_id_for(ids.key, tool.id), bounds)
 
 
-def tool_measurements(tool: ToolRow, trace_id: bytes, span_id: bytes) -> Iterator[Measurement]:
-    name, success = label(tool.tool_name), label(tool.success)
+def tool_measurements(tool: ToolRow, trace_id: bytes, span_id: bytes, bounds: LabelBounds) -> Iterator[Measurement]:
+    # The name is folded once per call, so every instrument below carries the same one.
+    name, success = bounds.tool_name(tool.tool_name), label(tool.success)
     layer, relevance = label(tool.retrieval_layer, RETRIEVAL_LAYERS), label(tool.relevance_level, RELEVANCE_LEVELS)
     yield Measurement(I.TOOL_INVOCATIONS, (name, layer, relevance, success), 1, trace_id, span_id, tool.success is False)
     if tool.duration_ms is not None and 0 <= tool.duration_ms <= MAX_DURATION_MS:
@@ -83,24 +71,22 @@ def tool_measurements(tool: ToolRow, trace_id: bytes, span_id: bytes) -> Iterato
         if count and count > 0:
             yield Measurement(I.RAG_MATCHES, (layer_name, name), count, trace_id, span_id)
     if tool.dedup_reason is not None:
-        yield Measurement(I.DEDUP, (label(tool.dedup_reason), name), 1, trace_id, span_id)
+        yield Measurement(I.DEDUP, (bounds.dedup_reason(tool.dedup_reason), name), 1, trace_id, span_id)
     if tool.retrieval_layer is not None and not (tool.l0_match_count or 0) and not (tool.l1_match_count or 0):
         yield Measurement(I.ZERO_MATCH, (layer, name), 1, trace_id, span_id)
 
 
 # -- series that exist at 0 before their first increment ------------------------------------------
 # rate() needs two samples: a counter that appears with its first event at 1 hides that event, so
-# "Layer mix" read none=100% and "Matches per call" +Inf in a fresh Prometheus. The series below
-# start at 0: those whose labels all come from the documented enums from the start, and a tool's
-# siblings over layer, relevance and success from the first call of that tool (its name is known
-# only then).
-
-_SUCCESS = ("true", "false")
-_MATCH_LAYERS = ("L0", "L1")
+# "Layer mix" read none=100% and "Matches per call" +Inf in a fresh Prometheus, and the first rating
+# after a restart never reached increase(). The series whose labels all come from the documented
+# enums start at 0. A tool's or a dedup reason's series do not: their values are the agent's, and a
+# zero series per value was what filled the SDK's cardinality limit.
 
 
-def zero_series() -> Iterator[tuple[I.Instrument, tuple[str, ...]]]:
-    """The enum-labelled counter series every /metrics has from the start."""
+def zero_series(feedback_labels: Iterable[str] = ()) -> Iterator[tuple[I.Instrument, tuple[str, ...]]]:
+    """The enum-labelled counter series every /metrics has from the start: ``feedback_labels`` are
+    the configured rating labels (none when ratings are not counted), each with ``other``."""
     for status in sorted(TERMINAL_STATUSES):
         for intent in sorted(INTENTS):
             # A finished run's release outcome is its status, or none when the agent wrote none.
@@ -108,18 +94,7 @@ def zero_series() -> Iterator[tuple[I.Instrument, tuple[str, ...]]]:
                 yield I.RUNS, (status, intent, outcome)
     for intent in sorted(INTENTS):
         yield I.RUN_TOKENS, (intent,)
-
-
-def tool_zero_series(tool_name: str, retrieval: bool) -> Iterator[tuple[I.Instrument, tuple[str, ...]]]:
-    """A tool's sibling counter series: a retrieval tool's over every layer and relevance, a function's by success."""
-    if not retrieval:
-        for success in _SUCCESS:
-            yield I.TOOL_INVOCATIONS, (tool_name, NONE, NONE, success)
-        return
-    for layer in sorted(RETRIEVAL_LAYERS):
-        yield I.ZERO_MATCH, (layer, tool_name)
-        for relevance in sorted(RELEVANCE_LEVELS):
-            for success in _SUCCESS:
-                yield I.TOOL_INVOCATIONS, (tool_name, layer, relevance, success)
-    for match_layer in _MATCH_LAYERS:
-        yield I.RAG_MATCHES, (match_layer, tool_name)
+    labels = sorted(set(feedback_labels))
+    for feedback in [*labels, OTHER] if labels else []:
+        for intent in sorted(INTENTS):
+            yield I.FEEDBACK, (feedback, intent)

@@ -8,6 +8,7 @@ never counted twice.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 import time
@@ -21,7 +22,7 @@ from opentelemetry.sdk.resources import Resource
 from prometheus_client import CollectorRegistry
 
 from .. import __version__
-from ..config import FeedbackConfig
+from ..config import FeedbackConfig, MetricsConfig
 from ..export.sending import TOO_LARGE
 from ..mapping import attributes as A
 from ..mapping.span_data import tool_span_id_for, trace_id_for
@@ -34,18 +35,9 @@ from ..sharding import Shard, shard_name
 from ..source.rows import INTENTS, FeedbackRow
 from . import instruments as I
 from .batch_tally import BatchTally, BucketsByBatch
+from .bounds import LabelBounds
 from .exemplars import ExemplarStore, span_context
-from .measurements import (
-    NONE,
-    OTHER,
-    STATUSES,
-    Measurement,
-    label,
-    run_measurements,
-    tool_measurements,
-    tool_zero_series,
-    zero_series,
-)
+from .measurements import NONE, OTHER, STATUSES, Measurement, label, run_measurements, tool_measurements, zero_series
 
 __all__ = ["NONE", "OTHER", "STATUSES", "BridgeMetrics", "label"]
 
@@ -65,17 +57,19 @@ class BridgeMetrics(Recorder):
         readers: list[MetricReader],
         registry: CollectorRegistry | None = None,
         exemplars: ExemplarStore | None = None,
+        limits: MetricsConfig | None = None,
     ):
         self.registry = registry
         self._exemplars = exemplars or ExemplarStore()
-        views = [View(instrument_name=i.name, aggregation=BucketsByBatch(i.buckets)) for i in I.ALL if i.kind == I.HISTOGRAM]
+        limits = limits or MetricsConfig()
+        self._bounds = LabelBounds.of(limits, self._folded)
+        self._feedback_labels = _feedback_labels(feedback)
         # service.name here is the bridge's own; the traces carry the agent's.
         resource = Resource.create({A.SERVICE_NAME: "run-otel", A.SERVICE_VERSION: __version__})
-        self.provider = MeterProvider(metric_readers=readers, views=views, resource=resource)
+        self.provider = MeterProvider(metric_readers=readers, views=self._views(), resource=resource)
         meter = self.provider.get_meter("run_otel", __version__)
         self._settle = settle_seconds
         self._feedback = feedback
-        self._tools_seen: set[tuple[str, bool]] = set()
         self._shard = shard_name(shard)
         self._i: dict[str, Any] = {}
         factories: dict[str, Callable[..., Any]] = {
@@ -93,6 +87,10 @@ class BridgeMetrics(Recorder):
         # a slow receiver is progress, though no poll finishes for minutes.
         self.last_progress = 0.0
         self.last_failure = 0.0
+        # Unix time the requests in flight began going out; None while none is: a poll waiting on
+        # the database is not a request the receiver is answering.
+        self.sending_since: float | None = None
+        self._sending = 0
         # An HA standby does not poll; it is ready while it can reach the lease.
         self.standby = False
         self.checkpoint_ahead_runs = 0
@@ -101,12 +99,31 @@ class BridgeMetrics(Recorder):
         self._get(I.STANDBY).set(0)
         self._zero_run_counters()
 
+    def _views(self) -> list[View]:
+        """Second-scale buckets for the histograms, and for every instrument a cardinality limit above
+        what its labels' bounds allow, so the SDK never folds series on its own (an SDK that takes no
+        limit per instrument has none, or its default, which the bounds keep far below)."""
+        per_view = "aggregation_cardinality_limit" in inspect.signature(View.__init__).parameters
+        views = []
+        for i in I.ALL:
+            options: dict[str, Any] = {}
+            if i.kind == I.HISTOGRAM:
+                options["aggregation"] = BucketsByBatch(i.buckets)
+            if per_view:
+                options["aggregation_cardinality_limit"] = self._bounds.cardinality_limit(i, len(self._feedback_labels))
+            if options:
+                views.append(View(instrument_name=i.name, **options))
+        return views
+
     def _zero_run_counters(self) -> None:
-        """Starts the enum-labelled series at 0, so rate() sees the first runs after a restart."""
-        for instrument, values in zero_series():
+        """Starts the enum-labelled series at 0, so rate() sees the first runs and ratings after a restart."""
+        for instrument, values in zero_series(self._feedback_labels):
             self._get(instrument).add(0, instrument.labelled(*values))
+        for bounded in (self._bounds.tool_name, self._bounds.dedup_reason):
+            self._get(I.LABELS_FOLDED).add(0, I.LABELS_FOLDED.labelled(bounded.label_name))
         self._get(I.EXPORTED_SPANS).add(0)
         self._get(I.EXPORT_FAILURES).add(0)
+        self._get(I.EXPORT_THROTTLED).add(0)
         self._get(I.REJECTED_SPANS).add(0)
         self._get(I.ROW_WARNINGS).add(0)
         self._get(I.PENDING_DELETED).add(0)
@@ -131,10 +148,8 @@ class BridgeMetrics(Recorder):
         """A batch's runs, summed per series before they reach the SDK (``batch_tally.py``)."""
         tally, incomplete = BatchTally(), 0
         for exported in result.runs:
-            for tool in exported.tools:
-                self._first_call(tool.tool_name, tool.retrieval_layer is not None)
             # Ratings are counted as the feedback pass sends them (feedback_sent), not at export.
-            for measurement in run_measurements(exported, None):
+            for measurement in run_measurements(exported, None, self._bounds):
                 tally.take(measurement)
             incomplete += exported.incomplete
             if exported.settled_at is not None:
@@ -158,14 +173,8 @@ class BridgeMetrics(Recorder):
         if m.keep_exemplar:
             self._exemplars.record(m.instrument, labels, m.trace_id, m.span_id, m.value)
 
-    def _first_call(self, tool_name: str | None, retrieval: bool) -> None:
-        """A tool's first call starts its sibling series at 0, so their first increments show in rate()."""
-        key = (label(tool_name), retrieval)
-        if key in self._tools_seen:
-            return
-        self._tools_seen.add(key)
-        for instrument, values in tool_zero_series(key[0], retrieval):
-            self._get(instrument).add(0, instrument.labelled(*values))
+    def _folded(self, label_name: str) -> None:
+        self._get(I.LABELS_FOLDED).add(1, I.LABELS_FOLDED.labelled(label_name))
 
     def feedback_sent(self, rows: Sequence[FeedbackRow]) -> None:
         for row in rows:
@@ -177,8 +186,7 @@ class BridgeMetrics(Recorder):
         for item in runs:
             trace_id = trace_id_for(item.run.run_id)
             for tool in item.late_tools:
-                self._first_call(tool.tool_name, tool.retrieval_layer is not None)
-                for measurement in tool_measurements(tool, trace_id, tool_span_id_for(item.run.run_id, tool.id)):
+                for measurement in tool_measurements(tool, trace_id, tool_span_id_for(item.run.run_id, tool.id), self._bounds):
                     self._measure(measurement)
             if item.late is None:
                 continue
@@ -214,6 +222,17 @@ class BridgeMetrics(Recorder):
 
     def request_acknowledged(self) -> None:
         self.last_progress = time.time()
+
+    def request_sending(self, active: bool) -> None:
+        with self._lock:
+            self._sending = self._sending + 1 if active else max(self._sending - 1, 0)
+            if not self._sending:
+                self.sending_since = None
+            elif self.sending_since is None:
+                self.sending_since = time.time()
+
+    def export_throttled(self) -> None:
+        self._get(I.EXPORT_THROTTLED).add(1)
 
     def feedback_failed(self) -> None:
         with self._lock:
@@ -251,3 +270,10 @@ class BridgeMetrics(Recorder):
 
     def shutdown(self) -> None:
         self.provider.shutdown()
+
+
+def _feedback_labels(feedback: FeedbackConfig) -> list[str]:
+    """The labels ratings are counted under, as the config spells them; none when ratings are off."""
+    if not feedback.enabled:
+        return []
+    return sorted({feedback.label_of(name) or name for name in (*feedback.scores, *feedback.negative)})
