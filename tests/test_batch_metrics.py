@@ -74,9 +74,7 @@ def one_by_one(metrics, result: PollResult, acked_at: float) -> None:
     from run_otel.telemetry import instruments as I
 
     for exported in result.runs:
-        for tool in exported.tools:
-            metrics._first_call(tool.tool_name, tool.retrieval_layer is not None)
-        for measurement in run_measurements(exported, None):
+        for measurement in run_measurements(exported, None, metrics._bounds):
             metrics._measure(measurement)
         if exported.incomplete:
             metrics._get(I.INCOMPLETE_RUNS).add(1)
@@ -133,7 +131,7 @@ def test_a_batch_reaches_the_sdk_in_a_call_per_series_and_bucket():
     for seed in (4, 5):  # the tools' first calls, which start their series at 0, are behind us
         metrics.runs_exported(batch(500, seed), 1.7e9)
     metrics._i = {name: Counting(instrument) for name, instrument in metrics._i.items()}
-    measurements = sum(1 for exported in result.runs for _m in run_measurements(exported, None))
+    measurements = sum(1 for exported in result.runs for _m in run_measurements(exported, None, metrics._bounds))
     metrics.runs_exported(result, 1.7e9 + 900)
     assert measurements > 10_000  # the precondition: what one call a measurement would have cost
     assert calls < 600, calls  # the series and buckets of a batch, and the export delay's
