@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 
 import pytest
-from servers import MariaDB, Receiver, Rotel, ServerGate
+from servers import Collector, Jaeger, MariaDB, Receiver, Rotel, ServerGate
 
 from run_otel.source.engine import make_engine
 
@@ -132,3 +132,20 @@ def receiver():
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    """Jaeger v2 behind the OpenTelemetry Collector with the repository's configs, and a receiver in
+    Tempo's place: (jaeger, collector, tempo)."""
+    base = tmp_path_factory.mktemp("stack")
+    tempo = Receiver()
+    tempo.start()
+    jaeger = Jaeger(base)
+    jaeger.start()
+    collector = Collector(base, f"127.0.0.1:{jaeger.otlp_port}", tempo.endpoint)
+    collector.start()
+    yield jaeger, collector, tempo
+    collector.stop()
+    jaeger.stop()
+    tempo.stop()

@@ -508,3 +508,15 @@ class StatementLog:
 
     def since(self, mark: int, user: str = "run_otel_reader") -> list[Statement]:
         return self.statements(user)[mark:]
+
+
+def counter(reader, instrument, **labels: str) -> float:
+    """The sum of ``instrument``'s points whose attributes include ``labels``, from an InMemoryMetricReader."""
+    data = reader.get_metrics_data()
+    total = 0.0
+    for resource in data.resource_metrics if data else ():
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                if metric.name == instrument.name:
+                    total += sum(p.value for p in metric.data.data_points if labels.items() <= dict(p.attributes).items())
+    return total

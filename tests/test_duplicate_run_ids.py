@@ -11,7 +11,7 @@ from collections import Counter
 from datetime import timedelta
 
 import pytest
-from helpers import add_run, add_tool, attrs_of, bridge_config, bridge_metrics, bridge_sections, run_cli, utc_now_naive
+from helpers import add_run, add_tool, attrs_of, bridge_config, bridge_metrics, bridge_sections, counter, run_cli, utc_now_naive
 from helpers import write_config as write_toml
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
@@ -24,18 +24,6 @@ from run_otel.telemetry import instruments as I
 def duplicate_identity(run_id: str, row: int, owner_run_id: str, owner: int):
     """The ids of the later row (read here, so each test fails on its own behaviour where they are missing)."""
     return span_data.duplicate_identity(run_id, row, owner_run_id, owner)
-
-
-def counter(reader: InMemoryMetricReader, instrument: I.Instrument | None, **labels: str) -> float:
-    assert instrument is not None, "no such instrument"
-    data = reader.get_metrics_data()
-    total = 0.0
-    for resource in data.resource_metrics if data else ():
-        for scope in resource.scope_metrics:
-            for metric in scope.metrics:
-                if metric.name == instrument.name:
-                    total += sum(p.value for p in metric.data.data_points if labels.items() <= dict(p.attributes).items())
-    return total
 
 
 def without_unique_run_id(agent_db) -> None:
@@ -194,28 +182,10 @@ def test_ratings_of_two_rows_with_one_run_id_each_go_to_their_own_trace_once(age
     conn.close()
 
 
-@pytest.fixture(scope="module")
-def jaeger_stack(tmp_path_factory):
-    """Jaeger v2 behind the collector with the repository's configs, as test_real_stack.py runs them."""
-    from servers import Collector, Jaeger, Receiver
-
-    base = tmp_path_factory.mktemp("jaeger")
-    tempo = Receiver()
-    tempo.start()
-    jaeger = Jaeger(base)
-    jaeger.start()
-    collector = Collector(base, f"127.0.0.1:{jaeger.otlp_port}", tempo.endpoint)
-    collector.start()
-    yield jaeger, collector
-    collector.stop()
-    jaeger.stop()
-    tempo.stop()
-
-
-def test_jaeger_shows_one_root_in_the_run_ids_trace_and_the_later_row_as_a_trace_linked_to_it(jaeger_stack, agent_db, tmp_path):
+def test_jaeger_shows_one_root_in_the_run_ids_trace_and_the_later_row_as_a_trace_linked_to_it(stack, agent_db, tmp_path):
     from servers import wait_for
 
-    jaeger, collector = jaeger_stack
+    jaeger, collector, _tempo = stack
     without_unique_run_id(agent_db)
     run_id = f"run-{uuid.uuid4()}"
     recent = utc_now_naive() - timedelta(minutes=2)

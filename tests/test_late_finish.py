@@ -9,26 +9,10 @@ from __future__ import annotations
 from collections import Counter
 from datetime import timedelta
 
-import pytest
 from helpers import add_run, add_tool, bridge_sections, new_run_id, run_cli, utc_now_naive, write_config
-from servers import Collector, Jaeger, Receiver, wait_for
+from servers import Jaeger, wait_for
 
 from run_otel.mapping.span_data import completion_span_id_for, trace_id_for
-
-
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    base = tmp_path_factory.mktemp("stack")
-    tempo = Receiver()
-    tempo.start()
-    jaeger = Jaeger(base)
-    jaeger.start()
-    collector = Collector(base, f"127.0.0.1:{jaeger.otlp_port}", tempo.endpoint)
-    collector.start()
-    yield jaeger, collector, tempo
-    collector.stop()
-    jaeger.stop()
-    tempo.stop()
 
 
 def warnings_of(trace: dict) -> list[str]:

@@ -8,23 +8,12 @@ from collections import Counter
 from datetime import timedelta
 
 import pytest
-from helpers import add_run, add_tool, attrs_of, bridge_config, bridge_metrics, new_run_id, utc_now_naive
+from helpers import add_run, add_tool, attrs_of, bridge_config, bridge_metrics, counter, new_run_id, utc_now_naive
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from run_otel.factory import build_parts, build_poller
 from run_otel.mapping.span_data import completion_span_id_for, root_span_id_for, tool_span_id_for, trace_id_for
 from run_otel.telemetry import instruments as I
-
-
-def counter(reader: InMemoryMetricReader, instrument: I.Instrument, **labels: str) -> float:
-    data = reader.get_metrics_data()
-    total = 0.0
-    for resource in data.resource_metrics if data else ():
-        for scope in resource.scope_metrics:
-            for metric in scope.metrics:
-                if metric.name == instrument.name:
-                    total += sum(p.value for p in metric.data.data_points if labels.items() <= dict(p.attributes).items())
-    return total
 
 
 def spans_of(receiver, run_id: str) -> list:

@@ -9,7 +9,7 @@ import time
 from datetime import datetime, timedelta
 
 import pytest
-from helpers import add_run, add_tool, attrs_of, bridge_config, bridge_metrics, epoch_ns, new_run_id, utc_now_naive
+from helpers import add_run, add_tool, attrs_of, bridge_config, bridge_metrics, counter, epoch_ns, new_run_id, utc_now_naive
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from run_otel.factory import build_parts, build_poller
@@ -17,19 +17,9 @@ from run_otel.mapping.span_data import trace_id_for
 from run_otel.telemetry import instruments as I
 
 
-def odd_times(reader: InMemoryMetricReader, kind: str) -> float:
-    instrument = getattr(I, "ODD_TIMES", None)
-    assert instrument is not None, "no run_otel_row_odd_times_total"
-    data = reader.get_metrics_data()
-    return sum(
-        point.value
-        for resource in (data.resource_metrics if data else ())
-        for scope in resource.scope_metrics
-        for metric in scope.metrics
-        if metric.name == instrument.name
-        for point in metric.data.data_points
-        if dict(point.attributes).get("kind") == kind
-    )
+def odd_times(reader, kind: str) -> float:
+    assert getattr(I, "ODD_TIMES", None) is not None, "no run_otel_row_odd_times_total"
+    return counter(reader, I.ODD_TIMES, kind=kind)
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@ OTLP/HTTP endpoint, read back through its REST and GraphQL APIs."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -326,11 +327,12 @@ def test_the_feedback_pass_looks_again_at_what_it_left_to_phoenixs_queue(
     assert len([r for r in caplog.records if "Phoenix never stored the root span" in r.getMessage()]) == 1
 
 
-def test_a_changed_rating_never_reverts_when_phoenixs_queue_is_looked_at_again(
-    agent_db, receiver, tmp_path, phoenix, monkeypatch
-):
-    """A rating Phoenix first answered 404 waits in its queue; the root arrives, the rating changes and
-    is stored; when the pass looks again at what it queued, Phoenix keeps the changed rating."""
+@contextlib.contextmanager
+def a_rating_phoenix_queued(agent_db, receiver, tmp_path, phoenix, monkeypatch, project: str):
+    """A run rated THUMBS_UP, sent to the receiver, its rating sent to Phoenix before the root was there
+    (Phoenix answered 404: its queue keeps the rating), then the run exported to Phoenix, which stores the
+    queued rating. Yields the parts, the feedback pass, the run id, the root's labels in Phoenix and the
+    queue's clock (a list to set)."""
     import uuid
     from functools import partial
 
@@ -342,7 +344,6 @@ def test_a_changed_rating_never_reverts_when_phoenixs_queue_is_looked_at_again(
 
     now = [0.0]
     monkeypatch.setattr(phoenix_module, "PhoenixAnnotations", partial(phoenix_module.PhoenixAnnotations, clock=lambda: now[0]))
-    project = f"reverted-{os.getpid()}"
     trace = {"conventions": ["gen_ai", "openinference"], "project_name": project}
     (trace_id,) = add_finished_runs(agent_db, 1)
     run_id = f"run-{uuid.UUID(trace_id)}"
@@ -353,7 +354,6 @@ def test_a_changed_rating_never_reverts_when_phoenixs_queue_is_looked_at_again(
         assert build_poller(parts).poll().run_count == 1  # the trace goes to the receiver first
         feedback = build_feedback(parts)
         assert feedback is not None and feedback.run().sent == 1  # Phoenix lacks the root: its queue keeps the rating
-        # The root reaches Phoenix; its queue stores the rating it held.
         (tmp_path / "phoenix").mkdir()
         sections = bridge_sections(agent_db, tmp_path / "phoenix", phoenix.url, "http/protobuf", trace=trace)
         done = run_cli("export", run_id, "--config", str(write_config(tmp_path / "phoenix" / "run-otel.toml", sections)))
@@ -363,7 +363,26 @@ def test_a_changed_rating_never_reverts_when_phoenixs_queue_is_looked_at_again(
             return [a["result"]["label"] for a in root_annotations(phoenix, project, root)]
 
         wait_for(lambda: labels() == ["THUMBS_UP"], 90, "Phoenix's queue to store the first rating", 0.5)
+        yield parts, feedback, run_id, labels, now
 
+
+def test_a_changed_rating_never_reverts_when_phoenixs_queue_is_looked_at_again(
+    agent_db, receiver, tmp_path, phoenix, monkeypatch
+):
+    """A rating Phoenix first answered 404 waits in its queue; the root arrives, the rating changes and
+    is stored; when the pass looks again at what it queued, Phoenix keeps the changed rating."""
+    from helpers import rate
+
+    from run_otel.export import phoenix as phoenix_module
+
+    project = f"reverted-{os.getpid()}"
+    with a_rating_phoenix_queued(agent_db, receiver, tmp_path, phoenix, monkeypatch, project) as (
+        _p,
+        feedback,
+        run_id,
+        labels,
+        now,
+    ):
         rate(agent_db, [run_id], "THUMBS_DOWN")
         assert feedback.run().sent == 1
         assert labels() == ["THUMBS_DOWN"]  # the precondition: the changed rating is stored
@@ -431,42 +450,26 @@ def test_a_look_again_posts_the_newest_annotation_of_a_span_not_the_one_first_qu
 def test_a_queued_rating_the_state_store_no_longer_holds_is_not_posted_again(agent_db, receiver, tmp_path, phoenix, monkeypatch):
     """HA: the instance that queued a rating lost the lease; the other one sent the changed rating and recorded
     it in the shared state store. Back in charge, the first one's look again must not post its older value."""
-    import uuid
-    from functools import partial
-
-    from helpers import add_finished_runs, bridge_config, rate
+    from helpers import rate
 
     from run_otel.export import phoenix as phoenix_module
-    from run_otel.factory import build_feedback, build_parts, build_poller
     from run_otel.mapping.evaluation import Evaluations
-    from run_otel.mapping.span_data import root_span_id_for
     from run_otel.pipeline.ratings_ledger import SentRating
 
-    now = [0.0]
-    monkeypatch.setattr(phoenix_module, "PhoenixAnnotations", partial(phoenix_module.PhoenixAnnotations, clock=lambda: now[0]))
     project = f"store-holds-{os.getpid()}"
-    trace = {"conventions": ["gen_ai", "openinference"], "project_name": project}
-    (trace_id,) = add_finished_runs(agent_db, 1)
-    run_id = f"run-{uuid.UUID(trace_id)}"
-    root = root_span_id_for(run_id).hex()
-    rate(agent_db, [run_id], "THUMBS_UP")
-    config = bridge_config(agent_db, tmp_path, receiver.endpoint, trace=trace, ui={"phoenix_url": phoenix.url})
-    with build_parts(config) as parts:
-        assert build_poller(parts).poll().run_count == 1
-        feedback = build_feedback(parts)
-        assert feedback is not None and feedback.run().sent == 1  # Phoenix lacks the root: THUMBS_UP queued here
-        (tmp_path / "phoenix").mkdir()
-        sections = bridge_sections(agent_db, tmp_path / "phoenix", phoenix.url, "http/protobuf", trace=trace)
-        done = run_cli("export", run_id, "--config", str(write_config(tmp_path / "phoenix" / "run-otel.toml", sections)))
-        assert done.returncode == 0, done.stderr
-
-        def labels() -> list[str]:
-            return [a["result"]["label"] for a in root_annotations(phoenix, project, root)]
-
-        wait_for(lambda: labels() == ["THUMBS_UP"], 90, "Phoenix's queue to store the first rating", 0.5)
+    with a_rating_phoenix_queued(agent_db, receiver, tmp_path, phoenix, monkeypatch, project) as (
+        parts,
+        feedback,
+        run_id,
+        labels,
+        now,
+    ):
         # The other instance: the changed rating stored in Phoenix and recorded in the shared state store.
         rate(agent_db, [run_id], "THUMBS_DOWN")
-        other, evaluations = phoenix_module.PhoenixAnnotations(phoenix.url), Evaluations(config.feedback, parts.source.clock)
+        other, evaluations = (
+            phoenix_module.PhoenixAnnotations(phoenix.url),
+            Evaluations(parts.config.feedback, parts.source.clock),
+        )
         (row,) = [r for r in parts.source.rated_runs(1, 10) if r.run_id == run_id]
         assert other.upsert([evaluations.annotation(row)]) is True
         other.close()

@@ -10,7 +10,6 @@ import uuid
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 
-import pytest
 from helpers import (
     add_finished_runs,
     add_run,
@@ -27,26 +26,11 @@ from helpers import (
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
-from servers import Collector, Jaeger, Receiver, wait_for
+from servers import Jaeger, Receiver, wait_for
 
 from run_otel.mapping.span_data import trace_id_for
 
 SERVICE = "diagnosis-agent"
-
-
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    base = tmp_path_factory.mktemp("stack")
-    tempo = Receiver()
-    tempo.start()
-    jaeger = Jaeger(base)
-    jaeger.start()
-    collector = Collector(base, f"127.0.0.1:{jaeger.otlp_port}", tempo.endpoint)
-    collector.start()
-    yield jaeger, collector, tempo
-    collector.stop()
-    jaeger.stop()
-    tempo.stop()
 
 
 def config_path(agent_db, tmp_path, collector) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 
-from helpers import add_run, attrs_of, bridge_config, bridge_metrics, new_run_id
+from helpers import add_run, attrs_of, bridge_config, bridge_metrics, counter, new_run_id
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from run_otel.factory import build_parts, build_poller
@@ -14,17 +14,8 @@ from run_otel.mapping.span_data import trace_id_for
 from run_otel.telemetry import instruments as I
 
 
-def dropped(reader: InMemoryMetricReader, reason: str) -> float:
-    data = reader.get_metrics_data()
-    return sum(
-        point.value
-        for resource in (data.resource_metrics if data else ())
-        for scope in resource.scope_metrics
-        for metric in scope.metrics
-        if metric.name == I.DROPPED_SPANS.name
-        for point in metric.data.data_points
-        if dict(point.attributes).get("reason") == reason
-    )
+def dropped(reader, reason: str) -> float:
+    return counter(reader, I.DROPPED_SPANS, reason=reason)
 
 
 def test_tool_rows_past_the_span_limit_are_a_warning_naming_the_run_and_a_counted_drop(agent_db, receiver, tmp_path, caplog):
