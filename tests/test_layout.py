@@ -9,6 +9,10 @@ top level fails here, with the offending names.
 The wiring has rules of its own: below the factory no module imports the whole
 Config (each part takes its own section), above it no module builds a part
 itself (it asks the factory), and no constructor takes more than 8 parameters.
+
+CONTRIBUTING.md lists every module, gives every test file a stage and names the
+tests of every module; a module or a test file added, renamed or removed
+without a line there fails here too.
 """
 
 from __future__ import annotations
@@ -197,13 +201,18 @@ def _section(title: str) -> str:
     return text[start : end if end != -1 else None]
 
 
-def test_contributing_lists_every_module_once_and_no_other():
-    listed = {line.split()[0] for line in _section("The layout").split("```")[1].splitlines()[2:] if line.strip()}
-    modules = {
+def _package_modules() -> set[str]:
+    """Each module as CONTRIBUTING.md names it: its path under the package, a subpackage's as its folder."""
+    return {
         p.relative_to(PACKAGE).as_posix() if p.name != "__init__.py" else p.parent.relative_to(PACKAGE).as_posix() + "/"
         for p in PACKAGE.rglob("*.py")
         if p.name != "__init__.py" or len(p.relative_to(PACKAGE).parts) > 2  # a stage's __init__ is its docstring
-    } - {"__main__.py"}
+    }
+
+
+def test_contributing_lists_every_module_once_and_no_other():
+    listed = {line.split()[0] for line in _section("The layout").split("```")[1].splitlines()[2:] if line.strip()}
+    modules = _package_modules() - {"__main__.py"}
     assert len(modules) > 60  # precondition: the walk found the package
     assert listed == modules, f"missing: {sorted(modules - listed)}; gone: {sorted(listed - modules)}"
 
@@ -212,3 +221,41 @@ def test_contributing_maps_every_test_file_to_its_stage():
     mapped = set(re.findall(r"`(test_\w+\.py)`", _section("Where a module's tests are")))
     files = {p.name for p in Path(__file__).parent.glob("test_*.py")}
     assert files and mapped == files, f"not mapped: {sorted(files - mapped)}; gone: {sorted(mapped - files)}"
+
+
+def _tests_by_module() -> tuple[dict[str, list[str]], list[str]]:
+    """The map's lines as module -> test files, and the modules given a second line.
+
+    An indented line belongs to the folder named above it; a line at the margin is a top-level module.
+    """
+    mapped: dict[str, list[str]] = {}
+    repeated: list[str] = []
+    folder = ""
+    for line in _section("Which tests cover a module").split("```")[1].splitlines()[1:]:
+        if not line.strip():
+            continue
+        if "—" not in line and not line.startswith(" ") and line.endswith("/"):
+            folder = line
+            continue
+        name, _, files = line.partition("—")
+        module = (folder if line.startswith(" ") else "") + name.strip()
+        if module in mapped:
+            repeated.append(module)
+        mapped[module] = [f.strip() for f in files.split(",") if f.strip()]
+    return mapped, repeated
+
+
+def test_contributing_names_the_tests_of_every_module():
+    mapped, repeated = _tests_by_module()
+    modules = _package_modules()
+    assert len(mapped) > 60  # precondition: the section was found and its lines read
+    assert mapped.keys() == modules, (
+        f"modules with no line: {sorted(modules - mapped.keys())}; lines for no module: {sorted(mapped.keys() - modules)}"
+    )
+    assert not repeated, f"modules with two lines: {repeated}"
+    files = {p.name for p in Path(__file__).parent.glob("test_*.py")}
+    unknown = {module: sorted(set(named) - files) for module, named in mapped.items() if set(named) - files}
+    assert not unknown, f"test files that do not exist: {unknown}"
+    # More than five stops saying which tests matter; a file named twice is a slip.
+    uneven = sorted(module for module, named in mapped.items() if not 1 <= len(named) <= 5 or len(set(named)) < len(named))
+    assert not uneven, f"lines with no test file, more than five, or one twice: {uneven}"
