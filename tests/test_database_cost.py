@@ -268,8 +268,8 @@ def test_with_an_updated_at_index_a_feedback_pass_reads_the_runs_updated_since(a
 
 
 def test_the_look_for_tool_rows_without_their_run_reads_no_tool_row_the_poll_read(agent_db, receiver, reader_config, tmp_path):
-    """The orphan look takes its candidates from the rows the poll's feed read: past its first look over
-    the history, new work costs it no tool row, and an orphan is still named after the wait."""
+    """The orphan look takes its candidates from the rows the poll's feed read: neither the history nor
+    new work costs it a tool row, and an orphan is still named after the wait."""
     from helpers import new_run_id
 
     from run_otel.factory import build_orphans
@@ -280,10 +280,11 @@ def test_the_look_for_tool_rows_without_their_run_reads_no_tool_row_the_poll_rea
         poller = build_poller(parts)
         assert poller.poll().run_count == 300
         poller.poll()  # the feed's first read on a first start sets where it begins
+        assert tool_rows_examined(log.statements()) >= 3000  # the precondition: the log counts what the export read
+        history = log.mark()
         orphans = build_orphans(parts, poller, clock=lambda: time.time() + ahead[0])
         assert orphans is not None and orphans.run() == 0
-        history = log.mark()
-        assert tool_rows_examined(log.statements()) >= 2 * 3000  # the precondition: its first look read the history
+        assert tool_rows_examined(log.since(history)) == 0  # a first start leaves the history alone, as the feed does
 
         ghost = new_run_id()
         conn = agent_db.server.root(agent_db.name)

@@ -153,7 +153,8 @@ def insert_run_id(agent_db) -> str:
 
 def test_the_duplicate_rule_and_the_orphan_look_scan_no_table(agent_db, receiver, tmp_path):
     """Where two rows may share a run id, the rule's read goes by the run_id index; the look for tool rows
-    without their run reads the history by primary-key range, then asks for its run ids by that index."""
+    without their run, after a restart, reads what the process before had read by primary-key range, then
+    asks for its run ids by that index."""
     from helpers import add_run, add_tool, new_run_id
 
     from run_otel.factory import build_orphans
@@ -163,8 +164,6 @@ def test_the_duplicate_rule_and_the_orphan_look_scan_no_table(agent_db, receiver
     agent_db.execute("ALTER TABLE diagnosis_run DROP INDEX run_id, ADD INDEX run_id (run_id)")
     conn = agent_db.server.root(agent_db.name)
     add_run(conn, workload.runs[0]["run_id"])  # a later row with a run id
-    add_tool(conn, new_run_id())  # a tool row whose run never appears
-    conn.close()
     agent_db.execute("ANALYZE TABLE diagnosis_run, tool_invocation")
     config = bridge_config(agent_db, tmp_path, receiver.endpoint, poll={"orphan_wait_seconds": 60})
     captured: list[tuple[str, object]] = []
@@ -181,11 +180,20 @@ def test_the_duplicate_rule_and_the_orphan_look_scan_no_table(agent_db, receiver
             assert poller.poll().run_count > 0
             poller.poll()  # the feed's first read on a first start only sets where it begins
             orphans = build_orphans(parts, poller, clock=lambda: now[0])
-            assert orphans is not None and orphans.run() == 0  # seen now, looked at after the wait
+            assert orphans is not None and orphans.run() == 0
+            add_tool(conn, new_run_id())  # a tool row whose run never appears, read by this process
+            poller.poll()
+            assert orphans.run() == 0
+        with build_parts(config) as parts:  # a restart before the wait is over
+            poller = build_poller(parts)
+            poller.poll()
+            orphans = build_orphans(parts, poller, clock=lambda: now[0])
+            assert orphans is not None and orphans.run() == 0  # read again, seen now, looked at after the wait
             now[0] += 60
             assert orphans.run() == 1
     finally:
         event.remove(Engine, "before_cursor_execute", record)
+        conn.close()
     marked = [(s, p) for s, p in captured if "diagnosis_run.run_id IN" in s or "tool_invocation.id <=" in s]
     assert {"diagnosis_run.run_id IN" in s for s, _ in marked} == {True, False}  # both kinds ran
     conn = agent_db.server.root(agent_db.name)

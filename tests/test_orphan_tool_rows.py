@@ -20,6 +20,15 @@ def metric(port: int, name: str) -> float:
     return float(found.group(1))
 
 
+def polls(port: int) -> float:
+    try:
+        text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    except requests.ConnectionError:
+        return 0
+    found = re.search(r'^run_otel_poll_duration_seconds_count{[^}]*outcome="ok"[^}]*} (\S+)$', text, re.M)
+    return float(found.group(1)) if found else 0
+
+
 def test_tool_rows_whose_run_never_appears_are_named_counted_and_checked(agent_db, receiver, tmp_path):
     port = free_port()
     sections = bridge_sections(
@@ -28,15 +37,17 @@ def test_tool_rows_whose_run_never_appears_are_named_counted_and_checked(agent_d
     config = str(write_config(tmp_path / "run-otel.toml", sections))
     ghost, real = new_run_id(), new_run_id()
     conn = agent_db.server.root(agent_db.name)
-    add_run(conn, real)
-    add_tool(conn, real)
-    for _ in range(3):
-        add_tool(conn, ghost, tool_name="query_logs")
-    add_tool(conn, None, tool_name="legacy_no_run_id")  # legacy rows without a run id are not looked at
-    orphans = [row[0] for row in agent_db.execute("SELECT id FROM tool_invocation WHERE run_id = %s ORDER BY id", ghost)]
-
+    add_tool(conn, new_run_id(), tool_name="before_the_first_start")  # the history is not looked at
     daemon = DaemonProcess(write_config(tmp_path / "run-otel.toml", sections), tmp_path / "daemon.log")
     try:
+        # Past two polls: the feed's first read on a first start sets where it begins, the next reads from there.
+        wait_for(lambda: polls(port) >= 2, 30, "two polls")
+        add_run(conn, real)
+        add_tool(conn, real)
+        for _ in range(3):
+            add_tool(conn, ghost, tool_name="query_logs")
+        add_tool(conn, None, tool_name="legacy_no_run_id")  # legacy rows without a run id are not looked at
+        orphans = [row[0] for row in agent_db.execute("SELECT id FROM tool_invocation WHERE run_id = %s ORDER BY id", ghost)]
         wait_for(lambda: "have no diagnosis_run row" in daemon.output(), 60, "the orphan tool rows to be named", 0.2)
         (line,) = [line for line in daemon.output().splitlines() if "have no diagnosis_run row" in line]
         assert "WARNING" in line and "3 tool row(s) of 1 run id(s)" in line, line

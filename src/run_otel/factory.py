@@ -207,8 +207,8 @@ def build_orphans(parts: Parts, poller: Poller, clock: Callable[[], float] | Non
     poll = parts.config.poll
     if not poll.orphan_wait_seconds:
         return None
-    wait, start, shard = poll.orphan_wait_seconds, poll.start_from, parts.config.shard
-    return OrphanPass(wait, start, parts.source, parts.store, parts.recorder, shard, poller.feed, clock or time.time)
+    wait, shard = poll.orphan_wait_seconds, parts.config.shard
+    return OrphanPass(wait, parts.source, parts.store, parts.recorder, shard, poller.feed, clock or time.time)
 
 
 def build_backfill(parts: Parts) -> BackfillPass:

@@ -15,10 +15,12 @@ poll sends them with it, as any tool row, and ``check`` no longer names them. Th
 when run-otel first read a row, not from its ``created_at``, so a wrong clock or zone does not make
 a row an orphan.
 
-The state store keeps the tool id up to which every row is decided. Rows above it that an earlier
-process read (a restart), or the history on a first start from the beginning, are read again by
-primary-key range, ``RANGE`` ids a look, and wait once more; so is every new row when the late-row
-watch is off (``poll.late_window_seconds = 0``), which leaves no feed to take them from.
+The state store keeps the tool id up to which every row is decided. Rows above it that the process
+before a restart had read are read again by primary-key range, ``RANGE`` ids a look, and wait once
+more; so is every new row when the late-row watch is off (``poll.late_window_seconds = 0``), which
+leaves no feed to take them from. A first start looks from the newest tool id on, as the feed reads:
+the tool rows already in the database are not looked at, since reading the whole history once
+would cost a first start from the beginning as much again as its catch-up.
 """
 
 from __future__ import annotations
@@ -47,7 +49,6 @@ class OrphanPass:
     def __init__(
         self,
         wait_seconds: float,
-        start_from: str,
         source: Source,
         store: StateStore,
         recorder: Recorder,
@@ -56,7 +57,6 @@ class OrphanPass:
         clock: Callable[[], float] = time.time,
     ):
         self._wait = wait_seconds
-        self._from_now = start_from == "now"
         self._source = source
         self._store = store
         self._recorder = recorder
@@ -77,8 +77,9 @@ class OrphanPass:
         if high is None:
             return 0  # the feed has not read yet
         scan = self._store.orphan_scan()
-        if scan is None:  # a first start from "now" leaves the history alone, as the poll does
-            scan = OrphanScan(high if self._from_now else 0)
+        first = scan is None
+        if scan is None:  # a first start looks from where the feed begins, whatever the poll's start_from
+            scan = OrphanScan(high)
         if self._ranged is None:
             self._ranged = self._saved = scan.cursor
         self._read_range(high, now)
@@ -88,7 +89,7 @@ class OrphanPass:
             self._name(found)
             self._recorder.orphan_rows(len(found))
         scan.cursor = self._cursor(high)
-        if found or scan.cursor != self._saved:
+        if first or found or scan.cursor != self._saved:
             self._store.save_orphan_scan(scan, now)
             self._saved = scan.cursor
         return len(found)
