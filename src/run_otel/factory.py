@@ -70,6 +70,8 @@ class Parts:
     mapper: Mapper
     frame: RequestFrame
     recorder: Recorder
+    # Which rows share a run id: the duplicate rule and the orphan look ask it, and it says once what it found.
+    run_ids: RunIdRows
     # The receiver's requested delay, which every sink to it (traces, log records) and the probe wait for.
     throttle: Throttle = field(default_factory=Throttle)
 
@@ -157,6 +159,7 @@ def build_parts(
         build_mapper(config, source.clock),
         RequestFrame(_resource(config)),
         recorder,
+        RunIdRows(source),
         throttle,
     )
 
@@ -177,7 +180,7 @@ def build_sender(parts: Parts) -> RequestSender:
 
 def build_shapes(parts: Parts) -> RowShapes:
     """The duplicate rule and the runs sent incomplete before: what every send asks beside the rows."""
-    return RowShapes(DuplicateRule(RunIdRows(parts.source)), parts.store)
+    return RowShapes(DuplicateRule(parts.run_ids), parts.store)
 
 
 def build_exporter(parts: Parts) -> RunExporter:
@@ -208,7 +211,7 @@ def build_orphans(parts: Parts, poller: Poller, clock: Callable[[], float] | Non
     if not poll.orphan_wait_seconds:
         return None
     wait, shard = poll.orphan_wait_seconds, parts.config.shard
-    return OrphanPass(wait, parts.source, parts.store, parts.recorder, shard, poller.feed, clock or time.time)
+    return OrphanPass(wait, parts.source, parts.run_ids, parts.store, parts.recorder, shard, poller.feed, clock or time.time)
 
 
 def build_backfill(parts: Parts) -> BackfillPass:

@@ -50,6 +50,7 @@ class OrphanPass:
         self,
         wait_seconds: float,
         source: Source,
+        run_ids: RunIdRows,
         store: StateStore,
         recorder: Recorder,
         shard: Shard,
@@ -63,7 +64,7 @@ class OrphanPass:
         self._shard = shard
         self._feed = feed
         self._clock = clock
-        self._run_ids = RunIdRows(source)
+        self._run_ids = run_ids
         self._ranged: int | None = None  # how far the range read has gone, in this process
         self._suspects: dict[str, tuple[float, list[OrphanRow]]] = {}  # from the range read, waiting
         self._present: set[str] = set()  # feed rows whose run exists: sent with it

@@ -26,7 +26,6 @@ log = logging.getLogger(__name__)
 # The schema is looked at again this often: a migration may drop the key while run-otel runs.
 SCHEMA_RECHECK_SECONDS = 600.0
 _CHUNK = 500
-_TOLD: set[str] = set()  # the sources whose schema was said to let two rows share a run id
 
 # From SHOW CREATE TABLE, which reads no table: information_schema is a full scan by MariaDB's count.
 _UNIQUE_RUN_ID = re.compile(r"^\s*UNIQUE KEY `[^`]+` \(`run_id`\)", re.M)
@@ -73,8 +72,7 @@ class RunIdRows:
         if self._possible is None or self._clock() - self._checked_at >= self._recheck:
             reason, before = self.why_possible(), self._possible
             self._possible, self._checked_at = reason is not None, self._clock()
-            if reason is not None and not before and self._source.describe() not in _TOLD:
-                _TOLD.add(self._source.describe())  # once a process: each pass has its own exporter
+            if reason is not None and not before:  # the parts share one: said once, and again after a change
                 log.info(
                     "%s: two diagnosis_run rows may share a run id (%s); the duplicate rule reads them",
                     self._source.describe(),
