@@ -212,3 +212,19 @@ def test_a_backfill_stopped_by_sigterm_says_where_to_resume(agent_db, otlp, tmp_
     assert f"resume with --from-id {stopped_after + 1} --to-id 60000" in err
     # Every run up to the id it names was sent, so resuming there skips nothing.
     wait_for(lambda: len(received_roots(otlp.receiver)) >= stopped_after, 30, "the runs before the stop")
+
+
+def test_a_backfill_up_to_the_daemons_start_probes_its_first_id_from_since(agent_db, otlp, tmp_path):
+    """`backfill --since 2h --to-id N`, the README's history up to the daemon's start: the first id is
+    probed from the window (not id 1, a read of the whole table), the last is N, and nothing above N goes."""
+    older = add_runs(agent_db, ["UTC_TIMESTAMP() - INTERVAL 5 HOUR"] * 3)
+    history = add_runs(agent_db, ["UTC_TIMESTAMP() - INTERVAL 1 HOUR"] * 4)
+    daemons = add_runs(agent_db, ["UTC_TIMESTAMP() - INTERVAL 10 MINUTE"] * 2)
+    ((start,),) = agent_db.execute("SELECT MAX(id) - 2 FROM diagnosis_run")
+    done = run_cli("backfill", "--config", config_file(agent_db, tmp_path, otlp), "--since", "2h", "--to-id", str(start))
+    assert done.returncode == 0, done.stderr
+    assert f"backfill ids {start - 3}..{start}" in done.stderr, done.stderr
+    sent = wait_for(lambda: (roots := received_roots(otlp.receiver)) and len(roots) >= 4 and roots, 30, "the history's roots")
+    time.sleep(0.5)
+    assert received_roots(otlp.receiver) == set(history)
+    assert len(sent) == 4 and not set(older + daemons) & sent

@@ -149,7 +149,7 @@ class Mapper:
                     if abs(off) > abs(farthest):
                         farthest, farthest_id = off, tool.id
         if outside:
-            self.times.outside(outside, farthest_id, farthest / 1e9, warnings)
+            self.times.outside(outside, farthest_id, farthest / 1e9, warnings, late is not None and not late.completed)
         if late is not None and not late.completed:
             return spans, warnings
         start_ns = min([own_start, *(start for start, _ in bounds)])

@@ -9,7 +9,8 @@ Three shapes of time are read by a rule rather than refused, each counted by kin
   says (the first occurrence; the offset before the change), counted without a warning: it
   happens to every run in that hour, and the rule is documented;
 - a tool call more than a second outside its run's own time, with a warning; the root is
-  still widened to cover it, so no backend sees a child outside its parent.
+  still widened to cover it, so no backend sees a child outside its parent, unless the row came
+  after the root was sent (the late-row watch), which the warning then says.
 
 The poller counts a fourth, a finished run whose ``updated_at`` lies ahead of the database's clock.
 """
@@ -59,13 +60,18 @@ class TimeReader:
         self.count(BEFORE_EPOCH)
         return True
 
-    def outside(self, count: int, farthest_id: int, seconds: float, warnings: list[str]) -> None:
-        """``count`` tool rows more than a second outside their run's own time; the farthest by ``seconds``."""
+    def outside(self, count: int, farthest_id: int, seconds: float, warnings: list[str], late: bool = False) -> None:
+        """``count`` tool rows more than a second outside their run's own time; the farthest by ``seconds``.
+        ``late``: rows sent after their run's root, which is not sent again, so it is not widened."""
         where = "before its start" if seconds < 0 else "after its end"
+        outcome = (
+            "its root, sent before them, is not sent again, so a trace view shows them outside it"
+            if late
+            else "the root is widened to cover them"
+        )
         warnings.append(
             f"{count} tool row(s) lie outside the run's own time (created_at to created_at + total_duration_ms, "
-            f"else updated_at), the farthest, tool_invocation {farthest_id}, {abs(seconds):.0f}s {where}: "
-            "the root is widened to cover them"
+            f"else updated_at), the farthest, tool_invocation {farthest_id}, {abs(seconds):.0f}s {where}: {outcome}"
         )
         self.count(TOOL_OUTSIDE_RUN, count)
 
