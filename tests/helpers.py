@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import requests
-from servers import Receiver
+from servers import Jaeger, Receiver, wait_for
 from sqlalchemy import text
 
 from run_otel.config import Config, build_config
@@ -520,3 +520,18 @@ def counter(reader, instrument, **labels: str) -> float:
                 if metric.name == instrument.name:
                     total += sum(p.value for p in metric.data.data_points if labels.items() <= dict(p.attributes).items())
     return total
+
+
+def warnings_of(trace: dict) -> list[str]:
+    """The warnings Jaeger put on a trace's spans (clock skew, duplicate span ids)."""
+    return [warning for span in trace["spans"] for warning in span.get("warnings") or []]
+
+
+def jaeger_trace(jaeger: Jaeger, trace_id: str, spans: int) -> dict:
+    """The trace once Jaeger holds at least ``spans`` of its spans."""
+    return wait_for(
+        lambda: (trace := jaeger.trace(trace_id)) and len(trace["spans"]) >= spans and trace,
+        30,
+        f"{spans} spans of trace {trace_id} in Jaeger",
+        0.2,
+    )

@@ -9,23 +9,20 @@ from __future__ import annotations
 from collections import Counter
 from datetime import timedelta
 
-from helpers import add_run, add_tool, bridge_sections, new_run_id, run_cli, utc_now_naive, write_config
-from servers import Jaeger, wait_for
+from helpers import (
+    add_run,
+    add_tool,
+    bridge_sections,
+    jaeger_trace,
+    new_run_id,
+    run_cli,
+    utc_now_naive,
+    warnings_of,
+    write_config,
+)
+from servers import wait_for
 
 from run_otel.mapping.span_data import completion_span_id_for, trace_id_for
-
-
-def warnings_of(trace: dict) -> list[str]:
-    return [warning for span in trace["spans"] for warning in span.get("warnings") or []]
-
-
-def jaeger_trace(jaeger: Jaeger, trace_id: str, spans: int) -> dict:
-    return wait_for(
-        lambda: (trace := jaeger.trace(trace_id)) and len(trace["spans"]) >= spans and trace,
-        30,
-        f"{spans} spans of trace {trace_id} in Jaeger",
-        0.2,
-    )
 
 
 def parent_of(span: dict) -> str | None:

@@ -17,16 +17,18 @@ from helpers import (
     assert_trace_matches,
     bridge_sections,
     expected_traces,
+    jaeger_trace,
     new_run_id,
     run_cli,
     seed,
     utc_now_naive,
+    warnings_of,
     write_config,
 )
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
-from servers import Jaeger, Receiver, wait_for
+from servers import Receiver, wait_for
 
 from run_otel.mapping.span_data import trace_id_for
 
@@ -70,19 +72,6 @@ def otlp_span(span: dict) -> trace_pb2.Span:
 
 def span_ids(trace: dict) -> Counter:
     return Counter(span["spanID"] for span in trace["spans"])
-
-
-def warnings_of(trace: dict) -> list[str]:
-    return [warning for span in trace["spans"] for warning in span.get("warnings") or []]
-
-
-def jaeger_trace(jaeger: Jaeger, trace_id: str, spans: int) -> dict:
-    return wait_for(
-        lambda: (trace := jaeger.trace(trace_id)) and len(trace["spans"]) >= spans and trace,
-        30,
-        f"{spans} spans of trace {trace_id} in Jaeger",
-        0.2,
-    )
 
 
 def received_copies(tempo: Receiver, trace_id: str) -> Counter:
