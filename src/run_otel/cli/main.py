@@ -143,8 +143,11 @@ def backfill(
     the window are sent. Probes assume ids grow with created_at; when they do
     not (after an import), backfill says so and names --full-scan and
     --from-id/--to-id, which read a whole id range and are always complete.
+    --since with --to-id N probes the first id only: the history up to the
+    daemon's start, N being the id in its `starting after run id N` line.
     The daemon's checkpoint is never moved, so a backfill can run beside
-    `run-otel run`; runs exported by both arrive twice, byte-identical.
+    `run-otel run`; runs exported by both arrive twice, byte-identical, but for
+    a run whose late tool row lay outside its time (docs/operations.md).
     With --workers N, N processes share the range (about N times as fast on N
     free cores); on a stop, the resume line starts at the first id left unsent.
     With --metrics-push URL, the runs' metrics are also pushed by remote write
