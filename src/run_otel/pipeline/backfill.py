@@ -53,21 +53,17 @@ class Plan:
 
 
 def plan(source: Source, window: Window, from_id: int | None, to_id: int | None, full_scan: bool) -> Plan:
-    """The id range: each bound given as an id, else probed from the window's time, else the table's own.
-    ``--since 6h --to-id N`` (the history up to the daemon's start) probes the first bound only."""
-    if full_scan and from_id is None and to_id is None:
+    """The id range. Given ids are read whole (the window then filters what is sent), except that
+    ``--since T --to-id N``, the history up to the daemon's start, probes its first id from T."""
+    if from_id is None and to_id is not None and window.since is not None and not full_scan:
+        return Plan(source.first_id_created_at_or_after(window.since), to_id, "probes")
+    if from_id is not None or to_id is not None:
+        return Plan(from_id or 1, to_id if to_id is not None else source.max_run_id(), "ids")
+    if full_scan:
         return Plan(1, source.max_run_id(), "full scan")
-    since = window.since if from_id is None and not full_scan else None
-    until = window.until if to_id is None and not full_scan else None
-    if from_id is not None:
-        first = from_id
-    else:
-        first = source.first_id_created_at_or_after(since) if since is not None else 1
-    if to_id is not None:
-        last = to_id
-    else:
-        last = source.first_id_created_at_or_after(until) - 1 if until is not None else source.max_run_id()
-    return Plan(first, last, "probes" if since is not None or until is not None else "ids")
+    first = source.first_id_created_at_or_after(window.since) if window.since else 1
+    last = (source.first_id_created_at_or_after(window.until) if window.until else source.max_run_id() + 1) - 1
+    return Plan(first, last, "probes")
 
 
 def order_warning(plan: Plan, outside_window: int, source: Source) -> str | None:
