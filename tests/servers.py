@@ -26,10 +26,19 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_serv
 from run_otel.source.schema import mysql_statements
 
 
+_GIVEN_PORTS: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A loopback port nothing listens on, never one this test process was given before: the kernel
+    can hand the same free port to two calls in a row, and a server given it twice fails to bind."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        if port not in _GIVEN_PORTS:
+            _GIVEN_PORTS.add(port)
+            return port
 
 
 def wait_for(predicate, timeout: float, what: str, interval: float = 0.05):

@@ -1,4 +1,5 @@
-"""scripts/peers.sh fails with one line that says what to install, never silently."""
+"""scripts/peers.sh fails with one line that says what to install, never silently; the peers it
+builds are never given one port twice."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from servers import ROOT
+from servers import ROOT, free_port
 
 
 def project_copy(tmp_path: Path) -> Path:
@@ -40,3 +41,9 @@ def test_without_the_module_proxy_it_says_so_in_one_line(tmp_path):
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("peers: cannot download the Go modules of tests/peers/jaeger from off"), done.stderr
     assert "Go module proxy" in last
+
+
+def test_no_two_peers_are_given_the_same_port():
+    # A Jaeger given one port for both its query and its OTLP receiver exits at start.
+    ports = [free_port() for _ in range(3000)]
+    assert len(set(ports)) == len(ports)
