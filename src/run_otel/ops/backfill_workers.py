@@ -15,7 +15,6 @@ import os
 import queue as queues
 import signal
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
@@ -204,4 +203,5 @@ def _work(config: Config, window: Window, k: int, first_id: int, last_id: int, r
     finally:
         parts.close()
     reports.put(("done", k, error))
-    time.sleep(0.1)  # let the queue's feeder thread flush before the process exits
+    reports.close()
+    reports.join_thread()  # the queue's feeder thread has written every report before the process exits
