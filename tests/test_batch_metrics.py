@@ -136,3 +136,25 @@ def test_a_batch_reaches_the_sdk_in_a_call_per_series_and_bucket():
     assert measurements > 10_000  # the precondition: what one call a measurement would have cost
     assert calls < 600, calls  # the series and buckets of a batch, and the export delay's
     metrics.shutdown()
+
+
+def test_a_batch_hashes_a_tool_span_id_only_for_the_exemplars_it_keeps(monkeypatch):
+    from run_otel.telemetry import measurements
+
+    metrics = bridge_metrics(build_config({}), [InMemoryMetricReader()])
+    metrics.runs_exported(batch(500, 4), 1.7e9)  # the series exist
+    hashed = 0
+    real = measurements.tool_span_id_for
+
+    def counted(key: str, tool_id: int) -> bytes:
+        nonlocal hashed
+        hashed += 1
+        return real(key, tool_id)
+
+    monkeypatch.setattr(measurements, "tool_span_id_for", counted)
+    result = batch(500)
+    tools = sum(len(exported.tools) for exported in result.runs)
+    metrics.runs_exported(result, 1.7e9 + 900)
+    assert tools > 2_500  # the precondition: what a SHA-256 a tool call would have cost
+    assert 0 < hashed < 600, hashed  # the exemplars of the tool series and buckets, at most
+    metrics.shutdown()

@@ -169,3 +169,24 @@ def test_a_bad_row_warns_once_when_its_run_is_sent_not_at_each_failed_try(tmp_pa
     assert recorder.warnings == 2  # the unreadable step_count and the unknown status, once each
     assert caplog.text.count("step_count 'many'") == 1
     assert caplog.text.count("unknown diagnosis_run.status 'WEIRD'") == 1
+
+
+def test_a_drain_probes_the_backlog_once_a_second_not_after_every_batch(tmp_path):
+    from sqlalchemy import event
+
+    _agent_db(tmp_path, [(f"run-{i}", "SUCCESS", 60) for i in range(40)])
+    with build_parts(_config(tmp_path, batch_size=2), sink=JsonFileSink(tmp_path / "out.jsonl")) as parts:
+        probes: list[str] = []
+
+        def seen(_conn, _cursor, statement, *_args) -> None:
+            if "max(diagnosis_run.id)" in statement:
+                probes.append(statement)
+
+        event.listen(parts.source.engine, "before_cursor_execute", seen)
+        started = time.monotonic()
+        result = build_poller(parts, clock=lambda: NOW).poll()
+        seconds = time.monotonic() - started
+    assert result.run_count == 40 and result.batches >= 20  # precondition: a drain of many batches
+    # The zone check's sample of the newest run; then the backlog when the drain starts, once a second
+    # during it and at its end: 3 here, where a probe after each batch made 22.
+    assert 1 <= len(probes) <= 3 + int(seconds), (len(probes), seconds)

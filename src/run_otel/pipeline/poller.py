@@ -37,6 +37,8 @@ from .transitions import Classified, Rules, cut, in_flight_since, initial_checkp
 
 log = logging.getLogger(__name__)
 
+BACKLOG_EVERY_SECONDS = 1.0
+
 
 class Poller:
     def __init__(
@@ -64,6 +66,7 @@ class Poller:
         self._checkpoint_pending = 0  # the last loaded checkpoint's, for the gauge when a poll fails
         self._offset = 0.0  # the database's clock minus this host's, measured each poll
         self._waiting_since: float | None = None  # the first seen time of the longest-waiting pending run
+        self._backlog_at = float("-inf")  # time.monotonic() the backlog gauges were last set
         # The checkpoint is one shard's: the store says which.
         self._shard = shard = store.shard
         where = f"{store.name} in {store.describe()}"
@@ -132,7 +135,7 @@ class Poller:
                     self.progress_at = time.monotonic()
                     prepared = self._exporter.prepare(batch.decided.to_export, batch.decided.incomplete, batch.tools)
                     if sending is not None:
-                        total.add(self._finish(*sending, gauges=True))  # a drain: its lag falls as it goes
+                        total.add(self._finish(*sending, gauges=self._backlog_due()))  # a drain: its lag falls as it goes
                         sending = None
                         collection.after_batch()
                     if self.stop_requested.is_set() or not self._keep_going():
@@ -228,10 +231,16 @@ class Poller:
         if ahead:
             self._recorder.odd_times(FUTURE_UPDATED_AT, len(ahead))
 
+    def _backlog_due(self) -> bool:
+        """Whether a drain's batch sets the backlog gauges: once a second is finer than any scrape,
+        and the two probes after every batch were a twentieth of a catch-up's time."""
+        return time.monotonic() - self._backlog_at >= BACKLOG_EVERY_SECONDS
+
     def _record_backlog(self) -> None:
         """What is left after the poll: run ids above the checkpoint, and how much newer they are."""
         if self._high_water is None:
             return
+        self._backlog_at = time.monotonic()
         try:
             backlog = self._source.backlog(self._high_water, self._source.clock)
         except SourceError:

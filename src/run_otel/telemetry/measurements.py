@@ -30,14 +30,24 @@ __all__ = ["NONE", "OTHER", "STATUSES", "Measurement", "label", "run_measurement
 FeedbackLabel = Callable[[str], str | None] | None
 
 
+# A span's id, or a tool span's (identity key, tool row id), hashed only if asked: a batch keeps a
+# few exemplars of its thousands of measurements, and a tool span's id costs a SHA-256.
+SpanRef = bytes | tuple[str, int]
+
+
 class Measurement(NamedTuple):
     instrument: I.Instrument
     labels: tuple[str, ...]  # in the order of instrument.labels
     value: float
     trace_id: bytes
-    span_id: bytes
+    span: SpanRef
     # The pull endpoint keeps this one as its bucket's or series' exemplar (failures and durations).
     keep_exemplar: bool = False
+
+    @property
+    def span_id(self) -> bytes:
+        span = self.span
+        return span if isinstance(span, bytes) else tool_span_id_for(*span)
 
 
 def run_measurements(exported: ExportedRun, feedback_label: FeedbackLabel, bounds: LabelBounds) -> Iterator[Measurement]:
@@ -57,10 +67,10 @@ def run_measurements(exported: ExportedRun, feedback_label: FeedbackLabel, bound
     if run.total_token_count:
         yield Measurement(I.RUN_TOKENS, (intent,), max(run.total_token_count, 0), trace_id, root_id)
     for tool in exported.tools:
-        yield from tool_measurements(tool, trace_id, tool_span_id_for(ids.key, tool.id), bounds)
+        yield from tool_measurements(tool, trace_id, (ids.key, tool.id), bounds)
 
 
-def tool_measurements(tool: ToolRow, trace_id: bytes, span_id: bytes, bounds: LabelBounds) -> Iterator[Measurement]:
+def tool_measurements(tool: ToolRow, trace_id: bytes, span_id: SpanRef, bounds: LabelBounds) -> Iterator[Measurement]:
     # The name is folded once per call, so every instrument below carries the same one.
     name, success = bounds.tool_name(tool.tool_name), label(tool.success)
     layer, relevance = label(tool.retrieval_layer, RETRIEVAL_LAYERS), label(tool.relevance_level, RELEVANCE_LEVELS)
