@@ -25,7 +25,6 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_serv
 
 from run_otel.source.schema import mysql_statements
 
-
 _GIVEN_PORTS: set[int] = set()
 
 
