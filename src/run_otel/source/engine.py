@@ -138,6 +138,9 @@ def _mysql_source_args(url: URL, source: SourceConfig) -> dict:
         # connect timeout): the handshake gets the connect timeout, and the session setup below
         # raises it to the backstop once the connection is open.
         args["read_timeout"] = _whole(source.connect_timeout_seconds)
+        from .pymysql_times import CONVERSIONS
+
+        args["conv"] = CONVERSIONS  # its DATETIME decoder, a fifth of a tool row's read, in C
     args.update(_TLS_ARGS.get(url.get_driver_name(), _mysqlclient_tls)(source))
     return args
 
