@@ -190,3 +190,30 @@ def test_a_drain_probes_the_backlog_once_a_second_not_after_every_batch(tmp_path
     # The zone check's sample of the newest run; then the backlog when the drain starts, once a second
     # during it and at its end: 3 here, where a probe after each batch made 22.
     assert 1 <= len(probes) <= 3 + int(seconds), (len(probes), seconds)
+
+
+def test_a_batch_is_counted_while_the_next_one_is_on_its_way(tmp_path):
+    from run_otel.pipeline.recorder import Recorder
+
+    events: list[str] = []
+
+    class SlowToCount(Recorder):  # metrics as slow as a big batch's: does the next send wait for them?
+        def runs_exported(self, result, acked_at):
+            events.append("counting")
+            time.sleep(0.5)
+            events.append("counted")
+
+    class Sending(JsonFileSink):
+        def send(self, request):
+            events.append("send")
+            return super().send(request)
+
+    _agent_db(tmp_path, [(f"run-{i}", "SUCCESS", 60) for i in range(6)])
+    sink = Sending(tmp_path / "out.jsonl")
+    with build_parts(_config(tmp_path, batch_size=2), recorder=SlowToCount(), sink=sink) as parts:
+        result = build_poller(parts, clock=lambda: NOW).poll()
+    sends = [k for k, event in enumerate(events) if event == "send"]
+    counted = [k for k, event in enumerate(events) if event == "counted"]
+    assert result.run_count == 6 and len(sends) == 3 and len(counted) >= 3  # the precondition: three batches sent
+    # The next batch's request goes out while the one before is being counted, not after.
+    assert all(sends[k + 1] < counted[k] for k in range(len(sends) - 1)), events

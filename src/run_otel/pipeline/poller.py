@@ -118,7 +118,8 @@ class Poller:
     def _drain(self, total: PollResult, gauges: bool) -> None:
         """As a backfill does: the next batch is read in a read-ahead thread while this one is mapped,
         and mapped while the one before is sent, in a sending thread; each is checkpointed, counted
-        and measured once acknowledged, in order."""
+        and measured once acknowledged, in order. A batch's metrics and the garbage collection
+        after it run once the next batch is on its way: while the receiver answers, not before."""
         self._check_zone_once()
         checkpoint = self._load_checkpoint()
         self._high_water = checkpoint.high_water  # the backlog gauges, even when the first batch fails
@@ -134,15 +135,23 @@ class Poller:
                 for batch in batches:
                     self.progress_at = time.monotonic()
                     prepared = self._exporter.prepare(batch.decided.to_export, batch.decided.incomplete, batch.tools)
+                    done = None
                     if sending is not None:
-                        total.add(self._finish(*sending, gauges=self._backlog_due()))  # a drain: its lag falls as it goes
+                        done = self._finish(*sending)
+                        total.add(done[0])
                         sending = None
+                    stopping = self.stop_requested.is_set() or not self._keep_going()
+                    if not stopping:
+                        sending = (sender.submit(self._exporter.deliver, prepared, self.stop_requested), batch)
+                    if done is not None:
+                        self._count(*done, gauges=self._backlog_due())  # a drain: its lag falls as it goes
                         collection.after_batch()
-                    if self.stop_requested.is_set() or not self._keep_going():
+                    if stopping:
                         break
-                    sending = (sender.submit(self._exporter.deliver, prepared, self.stop_requested), batch)
                 if sending is not None:
-                    total.add(self._finish(*sending, gauges=gauges))
+                    done = self._finish(*sending)
+                    total.add(done[0])
+                    self._count(*done, gauges=gauges)
             finally:
                 self.progress_at = time.monotonic()
 
@@ -164,9 +173,10 @@ class Poller:
                 return
             checkpoint = batch.following
 
-    def _finish(self, sent: Future[PollResult], batch: Batch, gauges: bool) -> PollResult:
+    def _finish(self, sent: Future[PollResult], batch: Batch) -> tuple[PollResult, float]:
         """Waits for the batch's acknowledgement (an ExportError fails the poll), then saves where it
-        ends: all of it, or, after a stop in its middle, up to its first run not acknowledged."""
+        ends: all of it, or, after a stop in its middle, up to its first run not acknowledged. Gives the
+        batch's result and when it was acknowledged, for :meth:`_count`."""
         try:
             result = sent.result()
         except Exception:
@@ -194,13 +204,16 @@ class Poller:
         self._checkpoint_pending, self._waiting_since = result.pending, min(following.pending.values(), default=None)
         result.full_batch = batch.full and not result.interrupted
         result.next_settle_at = batch.decided.next_settle_at
+        return result, acked_at
+
+    def _count(self, result: PollResult, acked_at: float, gauges: bool) -> None:
+        """A checkpointed batch's metrics, and with ``gauges`` the backlog's."""
         try:
             self._recorder.runs_exported(result, acked_at + self._offset)
         except Exception:  # the batch is sent and checkpointed: a metric must not turn that into a failed poll
             log.exception("metrics: recording the exported runs failed; the runs were exported and checkpointed")
         if gauges:
             self._record_backlog()
-        return result
 
     def _log_incomplete(self, decided: Classified, result: PollResult) -> None:
         """One line per run sent unfinished: an operator looks for the agent's stuck runs by id."""
