@@ -106,7 +106,14 @@ def catchup_rows(results: dict) -> list[tuple[str, str]]:
                 )
             )
     if catch and backfill:
-        rows.append(("catch-up ÷ backfill, time", f"{catch['vs_backfill']:.2f}×"))
+        pairs = catch.get("vs_backfill_pairs", [catch["vs_backfill"]])
+        rows.append(
+            (
+                "catch-up ÷ backfill, time",
+                f"{catch.get('vs_backfill_median', catch['vs_backfill']):.2f}×, the median of {len(pairs)} pairs "
+                f"({', '.join(f'{r:.2f}×' for r in pairs)})",
+            )
+        )
     if catch:
         gauges = catch["gauges"]
         for name in ("run_otel_lag_seconds", "run_otel_backlog_runs"):

@@ -15,7 +15,9 @@ finished runs over --seed-hours up to 15 minutes ago (every 20th rated) with
    poll.start_from = F, the same ids behind its checkpoint, timed from start to
    the receiver's last root span. /metrics is scraped every --scrape-seconds:
    in how many scrapes run_otel_lag_seconds and run_otel_backlog_runs were
-   present, and whether they fell.
+   present, and whether they fell. Before that measured pair, --catchup-pairs
+   minus one more pairs are timed alone; the catch-up's time ÷ the backfill's
+   is reported pair by pair and as their median.
 2. the steady state, the same daemon on: an agent writing --phases (runs a
    second, 'idle' for none), each run three statements (inserted RUNNING, its
    tool rows, finished) and every 20th rated. Each phase runs --warmup-seconds
@@ -42,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import tempfile
 import time
@@ -82,6 +85,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     other.add_argument("--scrape-seconds", type=float, default=1.0, help="how often /metrics is read during the catch-up")
     other.add_argument("--scrape-after-seconds", type=float, default=10.0, help="/metrics is read this long after the drain too")
     other.add_argument("--drain-timeout", type=float, default=3600.0, help="give up on the catch-up after this long")
+    other.add_argument(
+        "--catchup-pairs",
+        type=int,
+        default=3,
+        help="backfill-then-catch-up pairs timed, turn about; the ratio reported is their median (default 3)",
+    )
     other.add_argument("--skip-backfill", action="store_true", help="time the daemon's catch-up alone")
     other.add_argument("--skip-steady", action="store_true", help="stop after the catch-up")
     args = parser.parse_args(argv)
@@ -143,11 +152,16 @@ def main(argv: list[str] | None = None) -> None:
                     config = write_config(tmp, {"source": source, "export": export, "metrics": {"enabled": False}})
                     results["backfill"] = measured(lambda: run_backfill(config, first, last, receiver, args.backfill_workers))
                     receiver.reset()
-                print(f"catch-up: the daemon {args.catchup_runs:,} runs behind its checkpoint ...", flush=True)
-                port = free_port()
                 poll: dict = {"start_from": str(first)}
                 if args.late_window_seconds is not None:
                     poll["late_window_seconds"] = args.late_window_seconds
+                ratios = []
+                if not args.skip_backfill:
+                    for pair in range(1, args.catchup_pairs):
+                        print(f"pair {pair} of {args.catchup_pairs}: backfill, then catch-up, timed only ...", flush=True)
+                        ratios.append(timed_pair(tmp, source, export, poll, (first, last), receiver, args, log))
+                print(f"catch-up: the daemon {args.catchup_runs:,} runs behind its checkpoint ...", flush=True)
+                port = free_port()
                 config = write_config(
                     tmp, {"source": source, "export": export, "poll": poll, "metrics": {"enabled": True, "port": port}}
                 )
@@ -165,6 +179,9 @@ def main(argv: list[str] | None = None) -> None:
                     results["catchup"] = measured(catch_up)
                     if "backfill" in results:
                         results["catchup"]["vs_backfill"] = results["catchup"]["seconds"] / results["backfill"]["seconds"]
+                        ratios.append(results["catchup"]["vs_backfill"])
+                        results["catchup"]["vs_backfill_pairs"] = ratios
+                        results["catchup"]["vs_backfill_median"] = statistics.median(ratios)
                     if not args.skip_steady:
                         steady_state(args, plan, server, root, slow_log, receiver, results)
                 finally:
@@ -173,6 +190,23 @@ def main(argv: list[str] | None = None) -> None:
             server.stop()
     (RESULTS / "steady-latest.json").write_text(json.dumps(results, indent=2, default=str))
     print_report(results)
+
+
+def timed_pair(tmp: Path, source: dict, export: dict, poll: dict, ids: tuple[int, int], receiver, args, log: Path) -> float:
+    """One more backfill and catch-up of the same ids, as the measured pair runs them but only timed:
+    the catch-up's time ÷ the backfill's. Pairs, turn about, keep the ratio meaningful on a noisy machine."""
+    config = write_config(tmp, {"source": source, "export": export, "metrics": {"enabled": False}})
+    backfill = run_backfill(config, *ids, receiver, args.backfill_workers)["seconds"]
+    receiver.reset()
+    metrics = {"enabled": True, "port": free_port()}
+    daemon = Daemon(write_config(tmp, {"source": source, "export": export, "poll": poll, "metrics": metrics}), log)
+    daemon.start()
+    try:
+        seconds = drain(daemon, receiver, args.catchup_runs, args.drain_timeout)["seconds"]
+    finally:
+        daemon.stop()
+    receiver.reset()
+    return seconds / backfill
 
 
 def steady_state(args, plan, server: MariaDB, root, slow_log: Path, receiver: Receiver, results: dict) -> None:

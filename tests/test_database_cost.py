@@ -135,6 +135,19 @@ def test_a_restart_and_a_first_start_read_no_old_tool_rows(agent_db, receiver, r
     assert tool_rows_examined(restart) <= 1, [(s.rows_examined, s.sql[:120]) for s in restart]
 
 
+def test_a_catch_up_over_runs_older_than_the_watch_examines_their_tool_rows_only(agent_db, receiver, reader_config, tmp_path):
+    # Runs written before the first start: their tool rows lie below where the watch began, so each
+    # batch reads them by run_id. With `id <=` that start in the statement, MariaDB took the
+    # primary key's range on a table this size and examined every tool row below it, each batch.
+    add_runs_with_tools(agent_db, 300, 10)
+    agent_db.execute("ANALYZE TABLE diagnosis_run, tool_invocation")  # the statistics of a table in use
+    with StatementLog(agent_db, tmp_path / "slow.log") as log, build_parts(reader_config(batch_size=50)) as parts:
+        result = build_poller(parts).poll()
+        examined = tool_rows_examined(log.statements())
+    assert result.run_count == 300 and result.spans == 3300  # the precondition: six batches, every tool row sent
+    assert examined <= 3000 * 1.1, [(s.rows_examined, s.sql[:160]) for s in log.statements() if "tool_invocation" in s.sql]
+
+
 def test_a_wake_up_for_a_settling_run_leaves_the_watch_to_the_interval(agent_db, receiver, tmp_path):
     """A run sent as incomplete is re-read by primary key by each late-row watch; the daemon's wake-ups
     for runs settling, which come every second or two under load, send those runs and no more."""

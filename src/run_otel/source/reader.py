@@ -300,7 +300,9 @@ class Source:
     def tools_for(self, run_ids: Iterable[str], through_id: int | None = None) -> dict[str, list[ToolRow]]:
         """Tool rows by run_id, in id order: one ``run_id IN (...)`` query per chunk. With
         ``through_id``, only the rows up to that id: ``idx_tool_invocation_run_id`` is
-        (run_id, id), so the rows above it are not even examined."""
+        (run_id, id), so the rows above it are not even examined. The bound is written
+        ``id + 0 <=``: as ``id <=`` it let MariaDB take the primary key's range instead of that
+        index where the range held the whole table, and examine every row in it for each chunk."""
         wanted = sorted({_text(run_id) for run_id in run_ids})
         by_run: dict[str, list[ToolRow]] = {run_id: [] for run_id in wanted}
         # MySQL's default collations compare case-insensitively, so IN may
@@ -309,7 +311,7 @@ class Source:
         for chunk in _chunks(wanted, self._chunk):
             stmt = self._tool_select.where(tool_invocation.c.run_id.in_(chunk))
             if through_id is not None:
-                stmt = stmt.where(tool_invocation.c.id <= through_id)
+                stmt = stmt.where(tool_invocation.c.id + 0 <= through_id)
             for tool in self._tools(stmt.order_by(tool_invocation.c.run_id, tool_invocation.c.id)):
                 run_id = _text(tool.run_id)
                 key = run_id if run_id in by_run else folded.get(run_id.casefold())
