@@ -211,12 +211,12 @@ def test_readiness_follows_requests_in_flight_and_acknowledged_while_a_long_poll
     metrics.request_sending(False)
     offset[0] = 0
     metrics.request_acknowledged()
-    metrics.poll_finished(1.0, ok=False, pending=0)  # a failure after the last progress
-    assert ready() == (False, "not ready: the last poll failed or none has finished yet")
+    metrics.poll_finished(1.0, ok=False, pending=0, failed="sending to the OTLP endpoint")  # after the last progress
+    assert ready() == (False, "not ready: the last poll failed (sending to the OTLP endpoint); see the log")
     metrics.request_acknowledged()  # the next poll's first request: progress again
     assert ready()[0]
 
 
 def test_readiness_before_any_poll_is_not_ready():
     metrics = bridge_metrics(build_config({}), readers=[])
-    assert readiness(metrics, 5, 60)() == (False, "not ready: the last poll failed or none has finished yet")
+    assert readiness(metrics, 5, 60)() == (False, "not ready: no poll has finished yet")

@@ -217,3 +217,40 @@ def test_a_batch_is_counted_while_the_next_one_is_on_its_way(tmp_path):
     assert result.run_count == 6 and len(sends) == 3 and len(counted) >= 3  # the precondition: three batches sent
     # The next batch's request goes out while the one before is being counted, not after.
     assert all(sends[k + 1] < counted[k] for k in range(len(sends) - 1)), events
+
+
+def test_readiness_names_the_part_a_failed_poll_failed_in_and_no_error_text(tmp_path):
+    import pytest
+    from helpers import bridge_metrics
+    from sqlalchemy import text
+
+    from run_otel.pipeline.state_store import StateStoreError
+    from run_otel.source.errors import SourceError
+    from run_otel.telemetry.health import readiness
+
+    agent = _agent_db(tmp_path, [("run-1", "SUCCESS", 60)])
+    config = _config(tmp_path)
+    metrics = bridge_metrics(config, readers=[])
+    ready = readiness(metrics, 5, 60)
+    with build_parts(config, recorder=metrics, sink=JsonFileSink(tmp_path / "out.jsonl")) as parts:
+        poller = build_poller(parts, clock=lambda: NOW)
+        assert poller.poll().run_count == 1 and ready()[0]  # the precondition: ready after a good poll
+        with agent.begin() as conn:
+            conn.execute(text("ALTER TABLE diagnosis_run RENAME TO gone_secret_name"))
+        with pytest.raises(SourceError):
+            poller.poll()
+        assert ready() == (False, "not ready: the last poll failed (reading the database); see the log")
+        with agent.begin() as conn:
+            conn.execute(text("ALTER TABLE gone_secret_name RENAME TO diagnosis_run"))
+        poller.poll()
+        assert ready()[0]
+        state = make_engine(make_url(f"sqlite:///{tmp_path / 'state.db'}"))
+        with state.begin() as conn:
+            conn.execute(
+                text("CREATE TRIGGER refuse BEFORE UPDATE ON run_otel_checkpoint BEGIN SELECT RAISE(ABORT, 'disk full'); END")
+            )
+        _add_finished(agent, ["run-2"])
+        with pytest.raises(StateStoreError):
+            poller.poll()
+        assert ready() == (False, "not ready: the last poll failed (the state store); see the log")
+    metrics.shutdown()

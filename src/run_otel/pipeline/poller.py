@@ -16,6 +16,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 
 from ..config import PollConfig
+from ..export.sinks import ExportError
 from ..mapping.times import FUTURE_UPDATED_AT
 from ..sharding import in_shard
 from ..source.clock import zone_finding
@@ -31,13 +32,24 @@ from .readahead import ReadAhead
 from .recorder import Recorder
 from .results import PollResult
 from .run_export import RunExporter
-from .state_store import StateStore
+from .state_store import StateStore, StateStoreError
 from .tool_feed import ToolFeed
 from .transitions import Classified, Rules, cut, in_flight_since, initial_checkpoint, take_over
 
 log = logging.getLogger(__name__)
 
 BACKLOG_EVERY_SECONDS = 1.0
+
+
+def failed_part(exc: BaseException) -> str:
+    """Which part of the path a poll failed in, for /readyz: a fixed phrase, never the error's text."""
+    if isinstance(exc, SourceError):
+        return "reading the database"
+    if isinstance(exc, ExportError):
+        return "sending to the OTLP endpoint"
+    if isinstance(exc, StateStoreError):
+        return "the state store"
+    return "an unexpected error"
 
 
 class Poller:
@@ -96,7 +108,11 @@ class Poller:
                 self._late.run(self._offset)
         except Exception as exc:
             self._recorder.poll_finished(
-                self._clock() - started, ok=False, pending=self._checkpoint_pending, oldest_pending=self._oldest_pending()
+                self._clock() - started,
+                ok=False,
+                pending=self._checkpoint_pending,
+                oldest_pending=self._oldest_pending(),
+                failed=failed_part(exc),
             )
             if not isinstance(exc, ConnectionLost):  # a database that stopped answering would only hold the failure up
                 self._record_backlog()  # an outage is when the backlog matters most

@@ -29,8 +29,9 @@ class Recorder:
     def export_throttled(self) -> None:
         """The receiver asked run-otel to slow down (a RetryInfo, a Retry-After, HTTP 429)."""
 
-    def poll_finished(self, seconds: float, ok: bool, pending: int, oldest_pending: float = 0.0) -> None:
-        """``oldest_pending``: seconds the longest-waiting pending run has waited since first seen."""
+    def poll_finished(self, seconds: float, ok: bool, pending: int, oldest_pending: float = 0.0, failed: str = "") -> None:
+        """``oldest_pending``: seconds the longest-waiting pending run has waited since first seen;
+        ``failed``: where a failed poll failed (``poller.failed_part``)."""
 
     def feedback_failed(self) -> None:
         """A feedback pass failed after a good poll: not ready until a poll and its pass succeed."""

@@ -97,8 +97,11 @@ def readiness(
         if metrics.last_poll_ok and now - metrics.last_success <= 3 * interval:
             return True, "ready"
         latest = max(metrics.last_success, metrics.last_progress)
-        if not latest or metrics.last_failure > latest:
-            return False, "not ready: the last poll failed or none has finished yet"
+        if metrics.last_failure > latest:
+            part = f" ({metrics.failed_part})" if metrics.failed_part else ""
+            return False, f"not ready: the last poll failed{part}; see the log"
+        if not latest:
+            return False, "not ready: no poll has finished yet"
         quiet = now - latest
         draining = metrics.last_progress >= metrics.last_success
         sending_since = metrics.sending_since

@@ -87,6 +87,7 @@ class BridgeMetrics(Recorder):
         # a slow receiver is progress, though no poll finishes for minutes.
         self.last_progress = 0.0
         self.last_failure = 0.0
+        self.failed_part = ""  # where the last failed poll failed, for /readyz
         # Unix time the requests in flight began going out; None while none is: a poll waiting on
         # the database is not a request the receiver is answering.
         self.sending_since: float | None = None
@@ -238,8 +239,9 @@ class BridgeMetrics(Recorder):
         with self._lock:
             self.last_poll_ok = False
             self.last_failure = time.time()
+            self.failed_part = "the feedback pass"
 
-    def poll_finished(self, seconds: float, ok: bool, pending: int, oldest_pending: float = 0.0) -> None:
+    def poll_finished(self, seconds: float, ok: bool, pending: int, oldest_pending: float = 0.0, failed: str = "") -> None:
         self._get(I.POLL_DURATION).record(seconds, I.POLL_DURATION.labelled("ok" if ok else "error"))
         with self._lock:
             self.last_poll_ok = ok
@@ -248,6 +250,7 @@ class BridgeMetrics(Recorder):
                 self._get(I.LAST_SUCCESS).set(self.last_success)
             else:
                 self.last_failure = time.time()
+                self.failed_part = failed
             # Set on a failed poll too (the checkpoint's count), so a first deploy that never succeeds shows it.
             self._get(I.PENDING_RUNS).set(pending)
             self._get(I.PENDING_OLDEST).set(oldest_pending)
