@@ -18,14 +18,19 @@ import gc
 import json
 import random
 import statistics
+import tempfile
 import time
 from datetime import datetime, timedelta
+from pathlib import Path
+
+from sqlalchemy import create_engine
 
 from run_otel.config.loading import build_config
 from run_otel.export.sinks import Ack
 from run_otel.factory import build_exporter, build_parts
 from run_otel.source.readings import read_run, read_tool
 from run_otel.source.rows import RunRow, ToolRow
+from run_otel.source.schema import metadata
 
 EVIDENCE = json.dumps(
     {
@@ -150,7 +155,10 @@ def main() -> None:
     parser.add_argument("--stage", choices=["read", "read + map", "export"], action="append", help="only these (repeatable)")
     args = parser.parse_args()
 
-    config = build_config({"source": {"url": "sqlite:///:memory:"}})
+    # The agent's tables, empty: the export asks the schema and the duplicate rule beside the rows.
+    database = Path(tempfile.mkdtemp()) / "agent.db"
+    config = build_config({"source": {"url": f"sqlite:///{database}"}})
+    metadata.create_all(create_engine(config.source.url))
     sink = LengthSink()
     parts = build_parts(config, sink=sink)
     exporter = build_exporter(parts)

@@ -95,10 +95,13 @@ def imported(agent_db):
     return today, window, older
 
 
-def test_backfill_never_exports_outside_its_window_and_says_when_ids_are_out_of_order(agent_db, otlp, tmp_path, imported):
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_backfill_never_exports_outside_its_window_and_says_when_ids_are_out_of_order(
+    agent_db, otlp, tmp_path, imported, workers
+):
     today, window, older = imported
     config = config_file(agent_db, tmp_path, otlp)
-    done = run_cli("backfill", "--config", config, "--since", "2026-11-30", "--until", "2026-12-02")
+    done = run_cli("backfill", "--config", config, "--since", "2026-11-30", "--until", "2026-12-02", "--workers", workers)
     assert done.returncode == 0, done.stderr
     time.sleep(1)
     received = received_roots(otlp.receiver)
@@ -366,6 +369,39 @@ def test_tls_verification_rejects_a_foreign_ca(tls_mariadb, otlp, tmp_path, driv
     # PyMySQL names the failure; the C driver passes on OpenSSL's words, and run-otel says what they mean.
     expected = "certificate verify failed" if driver == "pymysql" else "the tls handshake failed; does source.tls_ca sign"
     assert expected in done.stderr.lower(), done.stderr
+
+
+def _session_cipher(engine) -> tuple[str, object]:
+    """The session's cipher, and the DB-API connection it runs on."""
+    with engine.connect() as conn:
+        cipher = conn.exec_driver_sql("SHOW SESSION STATUS LIKE 'Ssl_cipher'").fetchone()[1]
+        return cipher, conn.connection.dbapi_connection
+
+
+def test_preferred_tls_with_pymysql_encrypts_without_loading_the_ca_store(tls_mariadb, agent_db):
+    import pymysql
+
+    from run_otel.config.loading import build_config
+    from run_otel.source.engine import make_engine
+
+    server, _pki = tls_mariadb
+    url = with_driver(server.url("mysql"), "pymysql")
+    # The precondition: PyMySQL's own preferred mode encrypts, with a context that loaded the CA store.
+    own = pymysql.connect(host="127.0.0.1", port=server.port, user="root", password=server.ROOT_PASSWORD)
+    assert own.ctx.cert_store_stats()["x509_ca"] > 0
+    own.close()
+    source = build_config({"source": {"url": url}}).source
+    assert source.tls_mode == "preferred"
+    engine = make_engine(source.connect_url(), source.connect_timeout_seconds, source)
+    cipher, dbapi = _session_cipher(engine)
+    assert cipher, "the session is not encrypted"
+    assert dbapi.ctx.cert_store_stats()["x509_ca"] == 0  # built without the CA store
+    engine.dispose()
+    # Where the server offers no TLS, preferred still connects, in plain text.
+    plain = build_config({"source": {"url": with_driver(agent_db.url, "pymysql")}}).source
+    engine = make_engine(plain.connect_url(), plain.connect_timeout_seconds, plain)
+    assert _session_cipher(engine)[0] == ""
+    engine.dispose()
 
 
 def test_required_tls_is_enforced_where_the_driver_would_fall_back_to_plain_text(agent_db, otlp, tmp_path):

@@ -14,6 +14,7 @@ import click
 from .backfill_output import backfill_and_report, metrics_out_options
 from .ops_commands import COMMANDS as OPERATOR_COMMANDS
 from .options import CONFIG_OPTION, EXIT_FAILED, EXIT_PARTIAL, EXIT_USAGE, SHARD_OPTION, fail, guarded, load, reread
+from .startup import quiet_start
 from .times import TimeParam
 
 if TYPE_CHECKING:
@@ -327,7 +328,8 @@ for _command in OPERATOR_COMMANDS:
 
 def main() -> None:
     try:
-        code = cli.main(prog_name="run-otel", standalone_mode=False)
+        with quiet_start():
+            code = cli.main(prog_name="run-otel", standalone_mode=False)
     except click.UsageError as exc:
         command = exc.ctx.command_path if exc.ctx else "run-otel"
         fail(f"{exc.format_message()} (see '{command} --help')", EXIT_USAGE)

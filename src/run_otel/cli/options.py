@@ -94,7 +94,9 @@ def guarded(action: Callable[[], None]) -> None:
     from ..pipeline.lease import LeaseError
     from ..pipeline.state_store import StateStoreError
     from ..source.reader import SourceError
+    from .startup import body_starts
 
+    body_starts()  # what the command runs on is imported: collect from here on
     try:
         action()
     except ConfigError as exc:  # found only when a part is built, such as a driver that is not installed

@@ -15,7 +15,7 @@ from ..config import Config
 from ..export.sinks import ExportError
 from ..factory import build_backfill, build_parts, build_source, start_metrics
 from ..mapping.span_data import trace_id_for
-from ..pipeline.backfill import Plan, Window, order_warning, plan, resume_hint
+from ..pipeline.backfill import Plan, Window, order_warning, plan, probe_order, resume_hint
 from ..pipeline.recorder import Recorder, Tee
 from ..pipeline.results import PollResult
 from ..source.clock import zone_finding
@@ -101,7 +101,8 @@ def run_backfill(
                     error = exc
         outcome.seconds = time.monotonic() - started
         # The order probes read the database; after a failure it may be away, and the resume line matters more.
-        outcome.warning = order_warning(ids_plan, outcome.total.outside_window, parts.source) if error is None else None
+        if error is None:
+            outcome.warning = order_warning(outcome.total.outside_window, probe_order(ids_plan, parts.source))
         if shifted:
             outcome.warning = f"{shifted}{' ' + outcome.warning if outcome.warning else ''}"
         if server:
@@ -152,11 +153,14 @@ def _run_in_parts(
     source = build_source(config)
     try:
         ids_plan = plan(source, window, *ids)
+        # Probed now, on the planning connection: after the parts, it would be one more connection to wait for.
+        inversion = probe_order(ids_plan, source)
     finally:
         source.close()
     outcome = BackfillOutcome(ids_plan, window, read_to=ids_plan.first_id - 1)
     started = time.monotonic()
-    if ids_plan.empty:
+    if ids_plan.empty:  # probed bounds that found no id may have missed the window's runs, as one process says
+        outcome.warning = order_warning(0, inversion)
         return outcome
     label = f"backfill ids {ids_plan.first_id}..{ids_plan.last_id}, {workers} workers"
     # Started before the progress bar, whose drawing thread would make a fork unsafe.
@@ -180,11 +184,7 @@ def _run_in_parts(
     outcome.read_to = ids_plan.last_id if resume_from is None else resume_from - 1
     errors = tally.errors()
     if resume_from is None:
-        source = build_source(config)
-        try:
-            outcome.warning = order_warning(ids_plan, outcome.total.outside_window, source)
-        finally:
-            source.close()
+        outcome.warning = order_warning(outcome.total.outside_window, inversion)
         return outcome
     resume = resume_hint(outcome.read_to, ids_plan.last_id)
     why = "; ".join(errors) if errors else ("stopped by SIGTERM" if stopped else "a worker stopped early")

@@ -66,13 +66,20 @@ def plan(source: Source, window: Window, from_id: int | None, to_id: int | None,
     return Plan(first, last, "probes")
 
 
-def order_warning(plan: Plan, outside_window: int, source: Source) -> str | None:
-    """The loud line when probed bounds may have missed runs of the window.
+# The largest drop of created_at as ids grow, the earlier id and the later one.
+Inversion = tuple[timedelta, int, int]
 
-    Only probed bounds can miss runs, so only they pay for the order probes."""
-    if plan.how != "probes":
+
+def probe_order(plan: Plan, source: Source) -> Inversion | None:
+    """Only probed bounds can miss runs, so only they pay for the order probes."""
+    return source.largest_time_inversion() if plan.how == "probes" else None
+
+
+def order_warning(outside_window: int, inversion: Inversion | None) -> str | None:
+    """The loud line when probed bounds (``inversion`` from :func:`probe_order`) may have missed runs of the window."""
+    if inversion is None:
         return None
-    drop, earlier, later = source.largest_time_inversion()
+    drop, earlier, later = inversion
     evidence = []
     if outside_window:
         evidence.append(f"{outside_window} run(s) inside the probed id range were created outside the window")

@@ -64,6 +64,10 @@ def make_engine(url: URL, connect_timeout: float = 10.0, source: SourceConfig | 
         _hold_the_ping(engine, source.connect_timeout_seconds)
         if source.password_file:
             read_on_connect(engine, source.password_file)
+        if url.get_driver_name() == "pymysql" and source.tls_mode == "preferred":
+            from .pymysql_tls import connect_preferred
+
+            connect_preferred(engine)  # after the password file's listener, which fills in the password
     return engine
 
 
@@ -150,7 +154,7 @@ def _pymysql_tls(source: SourceConfig) -> dict:
     if source.tls_mode == "disabled":
         return {"ssl_disabled": True}
     if source.tls_mode == "preferred":
-        return {}
+        return {}  # its own default; the context comes from pymysql_tls.py
     verify = source.tls_mode in VERIFYING_TLS_MODES
     context = ssl.create_default_context(cafile=source.tls_ca or None)
     context.check_hostname = source.tls_mode == "verify_identity"
