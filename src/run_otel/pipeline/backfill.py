@@ -72,7 +72,23 @@ Inversion = tuple[timedelta, int, int]
 
 def probe_order(plan: Plan, source: Source) -> Inversion | None:
     """Only probed bounds can miss runs, so only they pay for the order probes."""
-    return source.largest_time_inversion() if plan.how == "probes" else None
+    return largest_time_inversion(source) if plan.how == "probes" else None
+
+
+def largest_time_inversion(source: Source, probes: int = 64) -> Inversion:
+    """How far ``created_at`` runs backwards as ids grow, over ``probes`` evenly spaced
+    primary-key probes. A drop of minutes or more means ids are not in time order (an import)."""
+    top = source.max_run_id()
+    worst, pair = timedelta(0), (0, 0)
+    latest: tuple[datetime, int] | None = None
+    for probe in source.created_at_from_each(max(1, top * step // probes) for step in range(probes + 1)):
+        if probe is None or not isinstance(probe[1], datetime):
+            continue
+        if latest is not None and latest[0] - probe[1] > worst:
+            worst, pair = latest[0] - probe[1], (latest[1], probe[0])
+        if latest is None or probe[1] > latest[0]:
+            latest = (probe[1], probe[0])
+    return worst, pair[0], pair[1]
 
 
 def order_warning(outside_window: int, inversion: Inversion | None) -> str | None:

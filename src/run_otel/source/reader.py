@@ -11,7 +11,7 @@ import logging
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from sqlalchemy import Boolean, Dialect, Engine, Select, func, inspect, select, text, type_coerce
@@ -55,6 +55,15 @@ def _without_processing(statement: Select, dialect: Dialect) -> bool:
 def _text(value: object) -> str:
     """A run_id as text: a VARBINARY column hands over bytes."""
     return value.decode("utf-8", "replace") if isinstance(value, (bytes, bytearray)) else str(value)
+
+
+def _first_from(first_id: int) -> Select:
+    run = diagnosis_run.c
+    return select(run.id, run.created_at).where(run.id >= first_id).order_by(run.id).limit(1)
+
+
+def _probed(rows: list) -> tuple[int, datetime] | None:
+    return (int(rows[0][0]), rows[0][1]) if rows else None
 
 
 def _chunks(values: Sequence, size: int) -> Iterator[Sequence]:
@@ -190,14 +199,16 @@ class Source:
 
     def created_at_from(self, first_id: int) -> tuple[int, datetime] | None:
         """The first run at or after ``first_id``: a primary-key probe, for backfill bounds."""
-        stmt = (
-            select(diagnosis_run.c.id, diagnosis_run.c.created_at)
-            .where(diagnosis_run.c.id >= first_id)
-            .order_by(diagnosis_run.c.id)
-            .limit(1)
-        )
-        rows = self._fetch(stmt)
-        return (int(rows[0][0]), rows[0][1]) if rows else None
+        return _probed(self._fetch(_first_from(first_id)))
+
+    def created_at_from_each(self, first_ids: Iterable[int]) -> Iterator[tuple[int, datetime] | None]:
+        """:meth:`created_at_from` for each id, on one connection: a series of probes pays one checkout, not one each."""
+        try:
+            with self.engine.connect() as conn:
+                for first_id in first_ids:
+                    yield _probed(list(conn.execute(_first_from(first_id))))
+        except self._read_errors as exc:
+            raise read_failed(exc, self.describe(), self._statement_timeout, self._evidence_at is not None) from None
 
     def first_id_created_at_or_after(self, moment: datetime) -> int:
         """The first run id created at or after ``moment``, by binary search on primary-key probes.
@@ -277,23 +288,6 @@ class Source:
         else:  # SQLite has one clock, in UTC
             db_now, db_utc = None, datetime.fromisoformat(self._fetch(select(func.datetime("now")))[0][0])
         return ClockSample(int(newest[0][0]), max(stamps), db_now, db_utc)
-
-    def largest_time_inversion(self, probes: int = 64) -> tuple[timedelta, int, int]:
-        """How far ``created_at`` runs backwards as ids grow, over ``probes`` evenly
-        spaced primary-key probes: (the largest drop, the earlier id, the later id).
-        A drop of minutes or more means ids are not in time order (an import)."""
-        top = self.max_run_id()
-        worst, pair = timedelta(0), (0, 0)
-        latest: tuple[datetime, int] | None = None
-        for step in range(probes + 1):
-            probe = self.created_at_from(max(1, top * step // probes))
-            if probe is None or not isinstance(probe[1], datetime):
-                continue
-            if latest is not None and latest[0] - probe[1] > worst:
-                worst, pair = latest[0] - probe[1], (latest[1], probe[0])
-            if latest is None or probe[1] > latest[0]:
-                latest = (probe[1], probe[0])
-        return worst, pair[0], pair[1]
 
     # -- tools --------------------------------------------------------------
 
