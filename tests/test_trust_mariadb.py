@@ -95,6 +95,22 @@ def imported(agent_db):
     return today, window, older
 
 
+def test_the_order_probes_find_the_first_run_at_or_after_each_id_across_gaps(agent_db, imported):
+    from run_otel.config.loading import build_config
+    from run_otel.factory import build_source
+    from run_otel.pipeline.backfill import largest_time_inversion
+
+    agent_db.execute("DELETE FROM diagnosis_run WHERE id IN (3, 4, 20)")
+    present = {row[0] for row in agent_db.execute("SELECT id FROM diagnosis_run")}
+    source = build_source(build_config({"source": {"url": agent_db.url}}))
+    starts = [9, *range(1, source.max_run_id() + 3)]  # an id twice, gaps, and past the newest
+    assert any(start not in present for start in starts)  # the precondition: some probes fall in a gap
+    assert list(source.created_at_from_each(starts)) == [source.created_at_from(start) for start in starts]
+    drop, earlier, later = largest_time_inversion(source)
+    assert drop > dt.timedelta(days=1) and earlier < later  # the import of older history at later ids
+    source.close()
+
+
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_backfill_never_exports_outside_its_window_and_says_when_ids_are_out_of_order(
     agent_db, otlp, tmp_path, imported, workers

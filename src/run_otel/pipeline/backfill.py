@@ -81,7 +81,7 @@ def largest_time_inversion(source: Source, probes: int = 64) -> Inversion:
     top = source.max_run_id()
     worst, pair = timedelta(0), (0, 0)
     latest: tuple[datetime, int] | None = None
-    for probe in source.created_at_from_each(max(1, top * step // probes) for step in range(probes + 1)):
+    for probe in source.created_at_from_each([max(1, top * step // probes) for step in range(probes + 1)]):
         if probe is None or not isinstance(probe[1], datetime):
             continue
         if latest is not None and latest[0] - probe[1] > worst:

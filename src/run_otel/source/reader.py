@@ -11,10 +11,11 @@ import logging
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import Boolean, Dialect, Engine, Select, func, inspect, select, text, type_coerce
+from sqlalchemy import Boolean, Connection, Dialect, Engine, Select, func, inspect, select, text, type_coerce
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.expression import Executable
@@ -118,20 +119,26 @@ class Source:
         values = [*row[:at], summary, *row[at + DATABASE_COLUMN_COUNT :]]
         return ToolRow(*values)
 
-    def _fetch(self, statement: Executable, bulk: bool = False) -> list:
+    @contextmanager
+    def _connection(self) -> Iterator[Connection]:
+        """A pooled connection for one or more reads; a failure as the SourceError that says what it means."""
         try:
             with self.engine.connect() as conn:
-                result = conn.execute(statement)
-                if bulk and self.reads_raw:
-                    # Each driver's default cursor holds the whole result once execute returns
-                    # (PyMySQL's Cursor, mysql-connector's buffered cursor, mysqlclient's
-                    # stored result), so this fetch does not touch the network.
-                    rows = result.cursor.fetchall()
-                    result.close()
-                    return list(rows)
-                return list(result)
+                yield conn
         except self._read_errors as exc:
             raise read_failed(exc, self.describe(), self._statement_timeout, self._evidence_at is not None) from None
+
+    def _fetch(self, statement: Executable, bulk: bool = False) -> list:
+        with self._connection() as conn:
+            result = conn.execute(statement)
+            if bulk and self.reads_raw:
+                # Each driver's default cursor holds the whole result once execute returns
+                # (PyMySQL's Cursor, mysql-connector's buffered cursor, mysqlclient's
+                # stored result), so this fetch does not touch the network.
+                rows = result.cursor.fetchall()
+                result.close()
+                return list(rows)
+            return list(result)
 
     fetch = _fetch  # for the reads of the modules beside this one (run_ids.py), with the same errors
 
@@ -201,14 +208,16 @@ class Source:
         """The first run at or after ``first_id``: a primary-key probe, for backfill bounds."""
         return _probed(self._fetch(_first_from(first_id)))
 
-    def created_at_from_each(self, first_ids: Iterable[int]) -> Iterator[tuple[int, datetime] | None]:
-        """:meth:`created_at_from` for each id, on one connection: a series of probes pays one checkout, not one each."""
-        try:
-            with self.engine.connect() as conn:
-                for first_id in first_ids:
-                    yield _probed(list(conn.execute(_first_from(first_id))))
-        except self._read_errors as exc:
-            raise read_failed(exc, self.describe(), self._statement_timeout, self._evidence_at is not None) from None
+    def created_at_from_each(self, first_ids: Sequence[int]) -> Iterator[tuple[int, datetime] | None]:
+        """:meth:`created_at_from` for each id, on one connection: the ids that exist in one primary-key
+        lookup, a probe each for the others (gaps), where a probe each took a checkout each."""
+        run = diagnosis_run.c
+        with self._connection() as conn:
+            rows = conn.execute(select(run.id, run.created_at).where(run.id.in_(sorted(set(first_ids)))))
+            exact = {int(pk): created for pk, created in rows}
+            for first_id in first_ids:
+                found = first_id in exact
+                yield (first_id, exact[first_id]) if found else _probed(list(conn.execute(_first_from(first_id))))
 
     def first_id_created_at_or_after(self, moment: datetime) -> int:
         """The first run id created at or after ``moment``, by binary search on primary-key probes.
@@ -216,15 +225,16 @@ class Source:
         It relies on ids growing with created_at, as an auto-increment key
         written at insert time does; it never scans.
         """
-        low, high = 1, self.max_run_id() + 1
-        while low < high:
-            middle = (low + high) // 2
-            probe = self.created_at_from(middle)
-            if probe is None or (isinstance(probe[1], datetime) and probe[1] >= moment):
-                high = middle
-            else:
-                # Every id up to the probed row starts no later than it: skip them all.
-                low = probe[0] + 1
+        with self._connection() as conn:  # one checkout for the whole search
+            low, high = 1, int(conn.execute(select(func.max(diagnosis_run.c.id))).scalar() or 0) + 1
+            while low < high:
+                middle = (low + high) // 2
+                probe = _probed(list(conn.execute(_first_from(middle))))
+                if probe is None or (isinstance(probe[1], datetime) and probe[1] >= moment):
+                    high = middle
+                else:
+                    # Every id up to the probed row starts no later than it: skip them all.
+                    low = probe[0] + 1
         return low
 
     def rated_runs(self, first_id: int, last_id: int) -> list[FeedbackRow]:
