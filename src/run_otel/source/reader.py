@@ -58,13 +58,16 @@ def _text(value: object) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, (bytes, bytearray)) else str(value)
 
 
-def _first_from(first_id: int) -> Select:
+def _newest_id(conn: Connection) -> int:
+    """The highest run id, from the primary key's last entry; 0 for an empty table."""
+    return int(conn.execute(select(func.max(diagnosis_run.c.id))).scalar() or 0)
+
+
+def _first_from(conn: Connection, first_id: int) -> tuple[int, datetime] | None:
+    """The first run at or after ``first_id`` with its created_at: a primary-key probe."""
     run = diagnosis_run.c
-    return select(run.id, run.created_at).where(run.id >= first_id).order_by(run.id).limit(1)
-
-
-def _probed(rows: list) -> tuple[int, datetime] | None:
-    return (int(rows[0][0]), rows[0][1]) if rows else None
+    row = conn.execute(select(run.id, run.created_at).where(run.id >= first_id).order_by(run.id).limit(1)).first()
+    return (int(row[0]), row[1]) if row else None
 
 
 def _chunks(values: Sequence, size: int) -> Iterator[Sequence]:
@@ -145,8 +148,8 @@ class Source:
     # -- runs ---------------------------------------------------------------
 
     def max_run_id(self) -> int:
-        rows = self._fetch(select(func.max(diagnosis_run.c.id)))
-        return int(rows[0][0] or 0)
+        with self._connection() as conn:
+            return _newest_id(conn)
 
     def next_run_id(self) -> int | None:
         """The next run's id (AUTO_INCREMENT): a delete leaves it, a restore moves it back. None on SQLite.
@@ -206,7 +209,8 @@ class Source:
 
     def created_at_from(self, first_id: int) -> tuple[int, datetime] | None:
         """The first run at or after ``first_id``: a primary-key probe, for backfill bounds."""
-        return _probed(self._fetch(_first_from(first_id)))
+        with self._connection() as conn:
+            return _first_from(conn, first_id)
 
     def created_at_from_each(self, first_ids: Sequence[int]) -> Iterator[tuple[int, datetime] | None]:
         """:meth:`created_at_from` for each id, on one connection: the ids that exist in one primary-key
@@ -217,7 +221,7 @@ class Source:
             exact = {int(pk): created for pk, created in rows}
             for first_id in first_ids:
                 found = first_id in exact
-                yield (first_id, exact[first_id]) if found else _probed(list(conn.execute(_first_from(first_id))))
+                yield (first_id, exact[first_id]) if found else _first_from(conn, first_id)
 
     def first_id_created_at_or_after(self, moment: datetime) -> int:
         """The first run id created at or after ``moment``, by binary search on primary-key probes.
@@ -226,10 +230,10 @@ class Source:
         written at insert time does; it never scans.
         """
         with self._connection() as conn:  # one checkout for the whole search
-            low, high = 1, int(conn.execute(select(func.max(diagnosis_run.c.id))).scalar() or 0) + 1
+            low, high = 1, _newest_id(conn) + 1
             while low < high:
                 middle = (low + high) // 2
-                probe = _probed(list(conn.execute(_first_from(middle))))
+                probe = _first_from(conn, middle)
                 if probe is None or (isinstance(probe[1], datetime) and probe[1] >= moment):
                     high = middle
                 else:
