@@ -440,6 +440,14 @@ def test_required_tls_is_enforced_where_the_driver_would_fall_back_to_plain_text
     assert not otlp.receiver.spans()
 
 
+def test_required_tls_against_a_server_without_tls_says_so(agent_db, otlp, tmp_path):
+    source = {"tls_mode": "required", "url": with_driver(agent_db.url, "pymysql")}
+    done = run_cli("once", "--config", config_file(agent_db, tmp_path, otlp, source=source))
+    assert done.returncode == 1
+    assert "the server offers no TLS" in done.stderr, done.stderr
+    assert "does source.tls_ca sign" not in done.stderr  # no certificate was ever offered
+
+
 def test_a_missing_tls_file_is_a_config_error(tmp_path):
     config = write_config(
         tmp_path / "c.toml",

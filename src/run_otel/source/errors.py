@@ -94,6 +94,8 @@ def read_failed(exc: Exception, where: str, statement_timeout: float, summarizes
             f"a statement ran past source.statement_timeout_seconds ({statement_timeout:g}s; "
             f"{_TIMEOUT_ERRORS[code]}): is a table locked? {reason}"
         )
+    elif code == _TLS_FAILED and "doesn't support it" in str(reason):  # the drivers' words for a server without TLS
+        reason = f'{reason}: the server offers no TLS; turn it on there, or set source.tls_mode = "preferred" to allow plain text'
     elif code == _TLS_FAILED:
         reason = f"{reason}: the TLS handshake failed; does source.tls_ca sign the server's certificate?"
     elif code == _NO_SUCH_FUNCTION and summarizes_evidence:
