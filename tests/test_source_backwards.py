@@ -39,6 +39,7 @@ def test_a_restore_below_the_checkpoint_fails_once_and_check_and_names_the_rewin
     config = config_file(agent_db, tmp_path, otlp)
     first = run_cli("once", "--config", config)
     assert first.returncode == 0 and "exported 20 runs" in first.stdout, first.stdout + first.stderr
+    wait_for(lambda: len(received_roots(otlp.receiver)) == 20, 30, "the first runs")  # before the clear below
     restore_backup(agent_db, 12)
     new = add_finished_runs(agent_db, 3, created="UTC_TIMESTAMP()")
     assert ids(agent_db) == [*range(1, 13), 13, 14, 15]  # the new runs reuse ids the checkpoint has passed
@@ -65,7 +66,8 @@ def test_a_restore_below_the_checkpoint_fails_once_and_check_and_names_the_rewin
     assert rewound.returncode == 0 and "rewound default" in rewound.stdout, rewound.stdout + rewound.stderr
     again = run_cli("once", "--config", config)
     assert again.returncode == 0, again.stderr
-    assert received_roots(otlp.receiver) >= set(new)
+    # The collector acknowledges before it forwards: wait for the receiver behind it.
+    wait_for(lambda: received_roots(otlp.receiver) >= set(new), 30, "the new runs")
     assert run_cli("check", "--config", config).returncode == 0
 
 
@@ -157,6 +159,8 @@ def test_deleting_the_newest_runs_is_no_restore(agent_db, otlp, tmp_path):
     assert ids(agent_db) == [1, 2, 3, 4, 7, 8]  # AUTO_INCREMENT stayed above the deleted ids
     otlp.receiver.clear()
     assert run_cli("once", "--config", config).returncode == 0
+    wait_for(lambda: received_roots(otlp.receiver) >= set(new), 30, "the new runs")
+    time.sleep(0.5)  # and for anything else it would forward
     assert received_roots(otlp.receiver) == set(new)
 
 
