@@ -19,6 +19,8 @@ COMPILED = [
     "run_otel/source/readings.py",
     "run_otel/source/evidence.py",
     "run_otel/source/memo.py",
+    "run_otel/source/pymysql_rows.py",
+    "run_otel/source/pymysql_times.py",
     "run_otel/mapping/span_data.py",
     "run_otel/mapping/attributes.py",
     "run_otel/mapping/limits.py",

@@ -24,6 +24,8 @@ TESTS = [
     "tests/test_limits.py",
     "tests/test_evidence.py",
     "tests/test_redaction.py",
+    "tests/test_pymysql_rows.py",
+    "tests/test_pymysql_times.py",
     "tests/test_bad_rows.py",
     "tests/test_type_drift.py",
     "tests/test_drivers.py",

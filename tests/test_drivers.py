@@ -50,12 +50,25 @@ def _seed_usual_runs(agent_db, runs: int = 40) -> None:
     conn.close()
 
 
+def _reads_with(engine) -> str:
+    """The driver's connection class, and for PyMySQL the class its results are read with."""
+    raw = engine.raw_connection()
+    try:
+        cursor = raw.cursor()
+        cursor.execute("SELECT 1")
+        cursor.fetchall()
+        result = getattr(raw.driver_connection, "_result", None)
+        return type(raw.driver_connection).__name__ + (f"/{type(result).__name__}" if result is not None else "")
+    finally:
+        raw.close()
+
+
 def _spans_and_warnings(url: str, **source) -> tuple[list[bytes], list[str], str]:
     config = build_config({"source": {"url": url, **source.pop("source", {})}, **source})
     reader = build_source(config)
     mapper = build_mapper(config, reader.clock)
     wire = WireSpans(mapper.limits)
-    driver = type(reader.engine.raw_connection().driver_connection).__name__
+    driver = _reads_with(reader.engine)
     runs = reader.runs_after(0, 10_000)
     tools = reader.tools_for(r.run_id for r in runs)
     spans: list[bytes] = []
@@ -79,10 +92,12 @@ def test_the_c_driver_maps_every_row_to_the_same_bytes_as_pymysql(agent_db, capt
         "content": {"capture": capture},
         "trace": {"conventions": ["gen_ai", "openinference"]},
     }
-    reference, reference_warnings, _ = _spans_and_warnings(agent_db.url, **settings)
+    reference, reference_warnings, reference_driver = _spans_and_warnings(agent_db.url, **settings)
     spans, warnings, driver = _spans_and_warnings(with_driver(agent_db.url, "mysqlconnector"), **settings)
-    # The precondition: the C extension really read the rows, not the pure-Python fallback.
+    # The preconditions: the C extension really read the rows, not the pure-Python fallback, and
+    # PyMySQL's rows were read by run-otel's reader (pymysql_rows.py), not PyMySQL's own.
     assert driver == "CMySQLConnection"
+    assert reference_driver == "SourceConnection/CompiledRows"
     assert len(reference) > 1000 and reference_warnings
     assert warnings == reference_warnings
     assert spans == reference

@@ -64,10 +64,11 @@ def make_engine(url: URL, connect_timeout: float = 10.0, source: SourceConfig | 
         _hold_the_ping(engine, source.connect_timeout_seconds)
         if source.password_file:
             read_on_connect(engine, source.password_file)
-        if url.get_driver_name() == "pymysql" and source.tls_mode == "preferred":
-            from .pymysql_tls import connect_preferred
+        if url.get_driver_name() == "pymysql":
+            from .pymysql_connection import connect_as_source
 
-            connect_preferred(engine)  # after the password file's listener, which fills in the password
+            # after the password file's listener, which fills in the password
+            connect_as_source(engine, preferred_tls=source.tls_mode == "preferred")
     return engine
 
 
@@ -154,7 +155,7 @@ def _pymysql_tls(source: SourceConfig) -> dict:
     if source.tls_mode == "disabled":
         return {"ssl_disabled": True}
     if source.tls_mode == "preferred":
-        return {}  # its own default; the context comes from pymysql_tls.py
+        return {}  # its own default; the context comes from pymysql_connection.py
     verify = source.tls_mode in VERIFYING_TLS_MODES
     context = ssl.create_default_context(cafile=source.tls_ca or None)
     context.check_hostname = source.tls_mode == "verify_identity"
