@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Mapping
+from typing import Final
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, InstrumentationScope, KeyValue
@@ -98,10 +99,10 @@ _pack_fixed64 = struct.Struct("<Q").pack
 _pack_double = struct.Struct("<d").pack
 # Both times with their tags in one call: start (field 7) and end (field 8), fixed64 each.
 _pack_times = struct.Struct("<BQBQ").pack
-_INTERNAL = b"\x30\x01"  # kind = SPAN_KIND_INTERNAL
+_INTERNAL: Final = b"\x30\x01"  # kind = SPAN_KIND_INTERNAL
 
 
-_ONE_BYTE = [bytes((i,)) for i in range(0x80)]
+_ONE_BYTE: Final = [bytes((i,)) for i in range(0x80)]
 
 
 def _varint(value: int) -> bytes:
@@ -159,7 +160,7 @@ def span_bytes(
 
 
 # The statuses of every span without a message: UNSET, OK, ERROR.
-_PLAIN_STATUS = (b"\x7a\x00", b"\x7a\x02\x18\x01", b"\x7a\x02\x18\x02")
+_PLAIN_STATUS: Final = (b"\x7a\x00", b"\x7a\x02\x18\x01", b"\x7a\x02\x18\x02")
 
 
 def status_field(code: int, message: str) -> bytes:

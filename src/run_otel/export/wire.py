@@ -14,7 +14,7 @@ holds the bytes to the protobuf runtime's for the readable spans.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from ..mapping import attributes as A
 from ..mapping.limits import AttributeLimits
@@ -25,9 +25,9 @@ from ..source.rows import RunRow, ToolRow
 from .encoding import attribute_field, event_body, event_field, key_field, link_field, name_field, span_bytes, span_head
 
 # Held values are at most this many bytes encoded: longer ones rarely repeat.
-_HELD_MAX_BYTES = 1024
+_HELD_MAX_BYTES: Final = 1024
 # Keys whose values never repeat from span to span: encoded each time, never held.
-_UNIQUE_KEYS = frozenset({A.GEN_AI_TOOL_CALL_ID})
+_UNIQUE_KEYS: Final = frozenset({A.GEN_AI_TOOL_CALL_ID})
 
 
 class _Key:

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Final
 
 from ..config import TraceConfig
 from . import attributes as A
 from .span_data import AttrValue
 
-_DOCUMENT_PREFIX = A.OI_RETRIEVAL_DOCUMENTS + "."
+_DOCUMENT_PREFIX: Final = A.OI_RETRIEVAL_DOCUMENTS + "."
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from opentelemetry.proto.trace.v1.trace_pb2 import Status
 
@@ -22,14 +22,14 @@ AttrValue = str | bool | int | float | tuple[str, ...]
 Event = tuple[str, int, tuple[tuple[str, AttrValue], ...]]
 
 # OTLP's own status codes (UNSET 0, OK 1, ERROR 2).
-STATUS_UNSET = Status.STATUS_CODE_UNSET
-STATUS_OK = Status.STATUS_CODE_OK
-STATUS_ERROR = Status.STATUS_CODE_ERROR
+STATUS_UNSET: Final = Status.STATUS_CODE_UNSET
+STATUS_OK: Final = Status.STATUS_CODE_OK
+STATUS_ERROR: Final = Status.STATUS_CODE_ERROR
 
 # A duration beyond a day is a broken row, not a slow call: treat it as absent
 # so one bad value does not stretch a trace over weeks.
-MAX_DURATION_MS = 86_400_000
-_UUID_RUN_ID = re.compile(r"run-([0-9a-fA-F]{8})-([0-9a-fA-F]{4})-([0-9a-fA-F]{4})-([0-9a-fA-F]{4})-([0-9a-fA-F]{12})")
+MAX_DURATION_MS: Final = 86_400_000
+_UUID_RUN_ID: Final = re.compile(r"run-([0-9a-fA-F]{8})-([0-9a-fA-F]{4})-([0-9a-fA-F]{4})-([0-9a-fA-F]{4})-([0-9a-fA-F]{12})")
 
 
 class SpanData(NamedTuple):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from ..config import TraceConfig
 from ..source.clock import SourceClock
@@ -38,15 +38,15 @@ from .times import OUTSIDE_TOLERANCE_NS, TimeReader, valid_duration
 # How each outcome shows in a trace list: (status, error.type, description). Jaeger's list marks
 # only errors, so the outcomes where the user did not get the agent's own answer are errors, each
 # with its own error.type; an unknown status stays UNSET, and the poller logs it once per value.
-_OUTCOMES = {
+_OUTCOMES: Final = {
     "SUCCESS": (STATUS_OK, None, ""),
     "FAILED": (STATUS_ERROR, A.ERROR_RUN_FAILED, "run failed"),
     "FALLBACK": (STATUS_ERROR, A.ERROR_RUN_FALLBACK, "run fell back"),
     "CANCELLED": (STATUS_ERROR, A.ERROR_RUN_CANCELLED, "run was cancelled"),
 }
-_INCOMPLETE = (STATUS_ERROR, A.ERROR_RUN_INCOMPLETE, "run did not finish in time")
+_INCOMPLETE: Final = (STATUS_ERROR, A.ERROR_RUN_INCOMPLETE, "run did not finish in time")
 
-_NS_PER_MS = 1_000_000
+_NS_PER_MS: Final = 1_000_000
 
 
 class Late(NamedTuple):
@@ -61,7 +61,7 @@ class Late(NamedTuple):
 
 
 # Longer error messages are redacted every time rather than held as memo keys.
-_MEMO_MAX_CHARS = 1024
+_MEMO_MAX_CHARS: Final = 1024
 
 
 class Mapper:

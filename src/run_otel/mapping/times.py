@@ -18,19 +18,20 @@ The poller counts a fourth, a finished run whose ``updated_at`` lies ahead of th
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Final
 
 from ..source.clock import REPEATED, SourceClock
 from .span_data import MAX_DURATION_MS
 
-FUTURE_UPDATED_AT = "future_updated_at"
-BEFORE_EPOCH = "before_epoch"
-TOOL_OUTSIDE_RUN = "tool_outside_run"
-DST_REPEATED = "dst_repeated"
-DST_MISSING = "dst_missing"
-ODD_TIME_KINDS = (FUTURE_UPDATED_AT, BEFORE_EPOCH, TOOL_OUTSIDE_RUN, DST_REPEATED, DST_MISSING)
+FUTURE_UPDATED_AT: Final = "future_updated_at"
+BEFORE_EPOCH: Final = "before_epoch"
+TOOL_OUTSIDE_RUN: Final = "tool_outside_run"
+DST_REPEATED: Final = "dst_repeated"
+DST_MISSING: Final = "dst_missing"
+ODD_TIME_KINDS: Final = (FUTURE_UPDATED_AT, BEFORE_EPOCH, TOOL_OUTSIDE_RUN, DST_REPEATED, DST_MISSING)
 
 # DATETIME holds whole seconds, so a call may end, or start, up to a second outside its run's own time.
-OUTSIDE_TOLERANCE_NS = 1_000_000_000
+OUTSIDE_TOLERANCE_NS: Final = 1_000_000_000
 
 
 class TimeReader:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from sqlalchemy import case, func, literal_column
 from sqlalchemy.sql.elements import ColumnElement
@@ -33,8 +33,8 @@ class Evidence(NamedTuple):
     refs_not_a_list: bool = False
 
 
-_NOT_JSON = "retrieval_details is not valid JSON"
-_NOT_OBJECT = "retrieval_details is not a JSON object"
+_NOT_JSON: Final = "retrieval_details is not valid JSON"
+_NOT_OBJECT: Final = "retrieval_details is not a JSON object"
 
 
 def summarize(text: str | bytes | None, warnings: list[str], tool_id: int) -> Evidence | None:
@@ -91,7 +91,7 @@ def _parse(text: str | bytes) -> Evidence | str:
 
 # -- the database path (MySQL 8, MariaDB) -------------------------------------------------
 
-DATABASE_COLUMN_COUNT = 6
+DATABASE_COLUMN_COUNT: Final = 6
 
 
 def database_columns(details: ColumnElement) -> list[ColumnElement]:

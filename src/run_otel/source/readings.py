@@ -13,15 +13,15 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from decimal import Decimal
 from operator import itemgetter
-from typing import Any
+from typing import Any, Final
 
 from .rows import RunRow, ToolRow
 
-_TRUE = frozenset({"1", "true", "t", "yes", "y", "on"})
-_FALSE = frozenset({"0", "false", "f", "no", "n", "off"})
-_RUN_COUNTS = ("total_duration_ms", "total_token_count", "step_count", "tool_call_count")
-_TOOL_COUNTS = ("step_id", "output_length", "l0_match_count", "l1_match_count", "duration_ms")
-_TOOL_FLAGS = ("success", "is_truncated")
+_TRUE: Final = frozenset({"1", "true", "t", "yes", "y", "on"})
+_FALSE: Final = frozenset({"0", "false", "f", "no", "n", "off"})
+_RUN_COUNTS: Final = ("total_duration_ms", "total_token_count", "step_count", "tool_call_count")
+_TOOL_COUNTS: Final = ("step_id", "output_length", "l0_match_count", "l1_match_count", "duration_ms")
+_TOOL_FLAGS: Final = ("success", "is_truncated")
 # Text columns: a BLOB or VARBINARY hands over bytes, which the mapper (compiled: its annotations) refuses.
 _RUN_TEXTS: tuple[str, ...] = ("run_id", "session_id", "status", "agent_flow", "intent", "release_outcome", "feedback")
 _RUN_TEXTS += ("query", "answer", "published_result")
@@ -88,14 +88,14 @@ def _positions(fields: tuple[str, ...], flags: tuple[str, ...], counts: tuple[st
     return tuple((fields.index(c), c, as_flag) for c in flags) + tuple((fields.index(c), c, as_count) for c in counts)
 
 
-_RUN_READS = _positions(RunRow._fields, (), _RUN_COUNTS)
-_TOOL_READS = _positions(ToolRow._fields, _TOOL_FLAGS, _TOOL_COUNTS)
-_RUN_TEXT_AT = tuple(RunRow._fields.index(c) for c in _RUN_TEXTS)
-_TOOL_TEXT_AT = tuple(ToolRow._fields.index(c) for c in _TOOL_TEXTS)
+_RUN_READS: Final = _positions(RunRow._fields, (), _RUN_COUNTS)
+_TOOL_READS: Final = _positions(ToolRow._fields, _TOOL_FLAGS, _TOOL_COUNTS)
+_RUN_TEXT_AT: Final = tuple(RunRow._fields.index(c) for c in _RUN_TEXTS)
+_TOOL_TEXT_AT: Final = tuple(ToolRow._fields.index(c) for c in _TOOL_TEXTS)
 # The text columns' values in one C call: the check for bytes runs on every row.
 _run_texts = itemgetter(*_RUN_TEXT_AT)
 _tool_texts = itemgetter(*_TOOL_TEXT_AT)
-_BINARY = frozenset({bytes, bytearray, memoryview})
+_BINARY: Final = frozenset({bytes, bytearray, memoryview})
 
 
 def _read(row: tuple, table: str, reads: tuple, warnings: list[str]) -> list | None:

@@ -10,14 +10,14 @@ neither needs to know about the other.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
-TERMINAL_STATUSES = frozenset({"SUCCESS", "FALLBACK", "FAILED", "CANCELLED"})
-WAITING_STATUSES = frozenset({"PENDING", "RUNNING", None})
-INTENTS = frozenset({"SYSTEM_CHAT", "KNOWLEDGE_QUERY", "DIAGNOSIS"})
-RELEASE_OUTCOMES = frozenset({"SUCCESS", "FALLBACK", "FAILED", "CANCELLED"})
-RELEVANCE_LEVELS = frozenset({"PRECISE", "HIGHLY_RELEVANT", "REFERENCE", "DEDUPED"})
-RETRIEVAL_LAYERS = frozenset({"L0", "L1", "L0+L1"})
+TERMINAL_STATUSES: Final = frozenset({"SUCCESS", "FALLBACK", "FAILED", "CANCELLED"})
+WAITING_STATUSES: Final = frozenset({"PENDING", "RUNNING", None})
+INTENTS: Final = frozenset({"SYSTEM_CHAT", "KNOWLEDGE_QUERY", "DIAGNOSIS"})
+RELEASE_OUTCOMES: Final = frozenset({"SUCCESS", "FALLBACK", "FAILED", "CANCELLED"})
+RELEVANCE_LEVELS: Final = frozenset({"PRECISE", "HIGHLY_RELEVANT", "REFERENCE", "DEDUPED"})
+RETRIEVAL_LAYERS: Final = frozenset({"L0", "L1", "L0+L1"})
 
 
 def is_terminal(status: str | None) -> bool:
