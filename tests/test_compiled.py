@@ -25,6 +25,7 @@ TESTS = [
     "tests/test_evidence.py",
     "tests/test_redaction.py",
     "tests/test_pymysql_rows.py",
+    "tests/test_pymysql_packets.py",
     "tests/test_pymysql_times.py",
     "tests/test_bad_rows.py",
     "tests/test_type_drift.py",
