@@ -1,5 +1,5 @@
-"""Garbage collection between batches: off inside them, a young pass after each, a full
-pass every ``full_every``, cyclic garbage still freed, and the process as it was after."""
+"""Garbage collection between batches: off inside them, a young pass every ``young_every``,
+a full pass every ``full_every``, cyclic garbage still freed, and the process as it was after."""
 
 from __future__ import annotations
 
@@ -30,16 +30,21 @@ def test_the_collector_runs_only_between_batches_and_frees_cycles_there():
     assert gc.isenabled()
     gc.callbacks.append(note)
     try:
-        with BatchCollection(full_every=3) as collection:
+        with BatchCollection(young_every=2, full_every=5) as collection:
             assert not gc.isenabled()
-            for _ in range(6):
-                garbage = _cycle()
+            cycles = []
+            for batch in range(1, 11):
+                cycles.append(_cycle())
                 # The batch's live objects: enough to trigger passes if the collector were on.
                 rows = [Node() for _ in range(50_000)]
-                assert garbage() is not None  # a cycle outlives the batch's allocations ...
+                assert all(cycle() is not None for cycle in cycles)  # cycles outlive the batches' allocations ...
                 del rows
                 collection.after_batch()
-                assert garbage() is None  # ... and is freed between batches
+                if batch % 2 and batch % 5:
+                    assert cycles[-1]() is not None  # ... until a pass ...
+                else:
+                    assert all(cycle() is None for cycle in cycles)  # ... which frees them all
+                    cycles.clear()
     finally:
         gc.callbacks.remove(note)
     assert passes == [0, 0, 2, 0, 0, 2]

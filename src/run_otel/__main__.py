@@ -1,5 +1,5 @@
 """``python -m run_otel``: the command line, as the ``run-otel`` script runs it."""
 
-from .cli.main import main
+from .cli.main import script
 
-main()
+script()

@@ -14,6 +14,7 @@ import click
 from .backfill_output import backfill_and_report, metrics_out_options
 from .ops_commands import COMMANDS as OPERATOR_COMMANDS
 from .options import CONFIG_OPTION, EXIT_FAILED, EXIT_PARTIAL, EXIT_USAGE, SHARD_OPTION, fail, guarded, load, reread
+from .process_end import end_process
 from .startup import quiet_start
 from .times import TimeParam
 
@@ -340,5 +341,9 @@ def main() -> None:
     sys.exit(code if isinstance(code, int) else 0)
 
 
-if __name__ == "__main__":  # pragma: no cover
-    main()
+def script() -> None:
+    """The ``run-otel`` script: :func:`main`, then the process ends without Python's teardown."""
+    try:
+        main()
+    except SystemExit as exc:
+        end_process(exc.code)

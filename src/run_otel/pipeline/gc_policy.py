@@ -5,9 +5,13 @@ bytes. Reference counting frees them; the cyclic collector only rescans them
 while they live, and its full passes walk every long-lived object of the
 process (SQLAlchemy, gRPC, protobuf): a quarter of a backfill's time. So
 automatic passes are off while batches run, a young-generation pass runs after
-each batch, and a full pass every ``full_every`` batches, so cyclic garbage
-stays bounded. Nothing is frozen or promoted: when the block ends, the
-collector carries on as before.
+every ``young_every`` batches and a full pass every ``full_every``, so cyclic
+garbage stays bounded. A batch leaves a few dozen objects in cycles, while a
+young pass walks every object the batches in flight still hold (the next
+batch's rows, the spans being sent): 2 to 5 ms, so after each batch it cost a
+backfill about 2% of its time, and every fourth batch a quarter of that.
+Nothing is frozen or promoted: when the block ends, the collector carries on as
+before.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ from types import TracebackType
 class BatchCollection:
     """A ``with`` block in which the collector runs only at ``after_batch``."""
 
-    def __init__(self, full_every: int = 20):
+    def __init__(self, young_every: int = 4, full_every: int = 20):
+        self._young_every = young_every
         self._full_every = full_every
         self._batches = 0
         self._was_enabled = False
@@ -31,7 +36,10 @@ class BatchCollection:
 
     def after_batch(self) -> None:
         self._batches += 1
-        gc.collect(2 if self._batches % self._full_every == 0 else 0)
+        if self._batches % self._full_every == 0:
+            gc.collect(2)
+        elif self._batches % self._young_every == 0:
+            gc.collect(0)
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
         if self._was_enabled:
