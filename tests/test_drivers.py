@@ -94,9 +94,10 @@ def test_the_c_driver_maps_every_row_to_the_same_bytes_as_pymysql(agent_db, capt
     }
     reference, reference_warnings, reference_driver = _spans_and_warnings(agent_db.url, **settings)
     spans, warnings, driver = _spans_and_warnings(with_driver(agent_db.url, "mysqlconnector"), **settings)
-    # The preconditions: the C extension really read the rows, not the pure-Python fallback, and
-    # PyMySQL's rows were read by run-otel's reader (pymysql_rows.py), not PyMySQL's own.
-    assert driver == "CMySQLConnection"
+    # The preconditions: the C extension really read the rows, not the pure-Python fallback, its
+    # rows kept as it made them (mysqlconnector_connection.py), and PyMySQL's rows were read by
+    # run-otel's reader (pymysql_rows.py), not PyMySQL's own.
+    assert driver == "SourceCMySQLConnection"
     assert reference_driver == "SourceConnection/CompiledRows"
     assert len(reference) > 1000 and reference_warnings
     assert warnings == reference_warnings
@@ -205,3 +206,71 @@ def test_sqlite_is_read_through_sqlalchemys_rows_because_its_datetimes_are_text(
     assert runs and tools
     assert all(isinstance(row.created_at, datetime) for row in [*runs, *tools])
     assert not source.reads_raw
+
+
+def test_a_result_the_server_breaks_off_fails_as_the_c_extension_says(agent_db):
+    # A statement stopped by max_statement_time while its rows stream (an unbuffered cursor) fails in
+    # the middle of the rows, where the source's connection reads them itself: the same error as the C
+    # extension's own connection, and the connection usable after it.
+    from mysql.connector.connection_cext import CMySQLConnection
+
+    from run_otel.source.mysqlconnector_connection import SourceCMySQLConnection
+
+    server = agent_db.server
+    outcomes = []
+    for kind in (CMySQLConnection, SourceCMySQLConnection):
+        connection = kind(host="127.0.0.1", port=server.port, user="root", password=server.ROOT_PASSWORD, database=agent_db.name)
+        cursor = connection.cursor(buffered=False)
+        cursor.execute("SET SESSION max_statement_time = 0.2")
+        cursor.execute("SELECT seq, SLEEP(0.01) FROM seq_1_to_1000")
+        with pytest.raises(Exception) as failed:
+            cursor.fetchall()
+        cursor.close()
+        after = connection.cursor()
+        after.execute("SELECT 42")
+        outcomes.append((type(failed.value), failed.value.errno, failed.value.msg, after.fetchall()))
+        connection.close()
+    assert outcomes[0][1] == 1969, outcomes[0]  # the precondition: ER_STATEMENT_TIMEOUT, raised by a fetch
+    assert outcomes[1] == outcomes[0]
+
+
+def test_the_c_extensions_rows_are_kept_unless_the_result_needs_its_connection(agent_db, monkeypatch):
+    # The source's connection keeps the extension's rows for a plain result, and leaves a result
+    # with a VECTOR column (mysql-connector converts it in Python) to the extension's get_rows.
+    from mysql.connector.connection_cext import CMySQLConnection
+    from mysql.connector.constants import FieldType
+
+    from run_otel.source.mysqlconnector_connection import SourceCMySQLConnection
+
+    parents: list[str] = []
+    parent_get_rows = CMySQLConnection.get_rows
+    monkeypatch.setattr(
+        CMySQLConnection, "get_rows", lambda self, *a, **k: parents.append(type(self).__name__) or parent_get_rows(self, *a, **k)
+    )
+    server = agent_db.server
+
+    def read(kind, vector: bool):
+        connection = kind(host="127.0.0.1", port=server.port, user="root", password=server.ROOT_PASSWORD, database=agent_db.name)
+        cursor = connection.cursor(buffered=False)
+        cursor.execute("SELECT 7, 'seven', X'0000803F'")  # the last: the float 1.0 as a VECTOR holds it
+        if vector:
+            name, _type, *rest = connection._columns[2]
+            connection._columns[2] = (name, FieldType.VECTOR, *rest)
+        rows = cursor.fetchall()
+        connection.close()
+        return rows
+
+    assert read(SourceCMySQLConnection, vector=False) == [(7, "seven", b"\x00\x00\x80?")]
+    assert parents == []  # the precondition: a plain result is not read by the extension's get_rows
+    vector = read(SourceCMySQLConnection, vector=True)
+    assert vector == read(CMySQLConnection, vector=True) and str(vector[0][2]) == "array('f', [1.0])"
+
+
+def test_a_url_that_asks_mysql_connector_for_its_pure_python_connection_gets_it(agent_db):
+    url = with_driver(agent_db.url, "mysqlconnector")
+    assert "?" not in url
+    reader = build_source(build_config({"source": {"url": url + "?use_pure=true"}}))
+    try:
+        assert _reads_with(reader.engine) == "MySQLConnection"
+    finally:
+        reader.close()

@@ -69,6 +69,10 @@ def make_engine(url: URL, connect_timeout: float = 10.0, source: SourceConfig | 
 
             # after the password file's listener, which fills in the password
             connect_as_source(engine, preferred_tls=source.tls_mode == "preferred")
+        elif url.get_driver_name() == "mysqlconnector":
+            from .mysqlconnector_connection import connect_as_source as connect_with_c_rows
+
+            connect_with_c_rows(engine)
     return engine
 
 
