@@ -23,7 +23,10 @@ OTLP/gRPC receiver in a separate process that only counts spans, then reports:
 8. feedback pass: one recheck of user feedback on a 1M-row table holding 30
    days of runs (1 in 20 rated), for a one-day and a seven-day window.
 
-Medians over --reps repetitions, and ratios, because the machine is noisy.
+Medians over --reps repetitions, and ratios, because the machine is noisy. The
+user's script runs beside each driver's backfills in every repetition, and a
+ratio to it is the median of those pairs: the machine's speed drifts by a third
+within minutes, which a ratio of medians taken minutes apart carried whole.
 Results go to bench/results/latest.json and a table on stdout.
 """
 
@@ -620,6 +623,11 @@ def compiled_python(tmp: Path, revision: str | None = None) -> str:
     return python
 
 
+def _paired(runs: list[dict], scripts: list[dict]) -> float:
+    """The median of each repetition's spans/s over the user script's beside it."""
+    return statistics.median(run["spans_per_s"] / script["spans_per_s"] for run, script in zip(runs, scripts, strict=True))
+
+
 def _drivers() -> list[str]:
     """PyMySQL and mysql-connector-python's C extension always; mysqlclient when installed."""
     import mysql.connector
@@ -686,12 +694,16 @@ def main() -> None:
             by_variant: dict[tuple[str, str, int], list] = {(d, b, n): [] for d in drivers for b, n in variants}
             raw: dict[str, list] = {d: [] for d in drivers}
             bridge_read: dict[tuple[str, bool], list] = {(d, r): [] for d in drivers for r in (True, False)}
-            baseline, script = [], []
+            baseline: list = []
+            # The user's script runs beside each driver's backfills in every repetition: the ratios
+            # are medians of those pairs, taken within a minute of each other.
+            beside: dict[str, list] = {d: [] for d in drivers}
             results["receiver_delay_ms"] = args.receiver_delay_ms
             with CountingReceiver(delay=args.receiver_delay_ms / 1000) as receiver:
                 for rep in range(args.reps):
                     print(f"repetition {rep + 1}/{args.reps} ...", flush=True)
                     for driver in drivers:
+                        beside[driver].append(measure_user_script(server, "bench", receiver))
                         raw[driver].append(measure_raw_read(server, "bench", driver))
                         for tuples in (True, False):
                             bridge_read[driver, tuples].append(measure_bridge_read(tmp, with_driver(url, driver), tuples))
@@ -701,7 +713,7 @@ def main() -> None:
                                 measure_backfill(tmp, with_driver(url, driver), receiver, workers=n, python=builds[build])
                             )
                     baseline.append(measure_sdk_baseline(url, receiver))
-                    script.append(measure_user_script(server, "bench", receiver))
+            script = [run for driver in drivers for run in beside[driver]]
             results["user_script"] = {
                 "spans_per_s": statistics.median(r["spans_per_s"] for r in script),
                 "cpu_us_per_span": statistics.median(r["cpu_us_per_span"] for r in script),
@@ -717,7 +729,7 @@ def main() -> None:
                     "backfill_spans_per_s": spans_per_s,
                     "peak_rss_mib": max(r["peak_rss_mib"] for r in backfill[driver]),
                     "raw_read_rows_per_s": raw_rows_per_s,
-                    "vs_user_script": spans_per_s / results["user_script"]["spans_per_s"],
+                    "vs_user_script": _paired(backfill[driver], beside[driver]),
                     "vs_sdk": spans_per_s / results["sdk_baseline"]["spans_per_s"],
                     "vs_its_raw_read": spans_per_s / raw_rows_per_s,
                     "bridge_read": {
@@ -733,7 +745,7 @@ def main() -> None:
                             "backfill_spans_per_s": (
                                 rate := statistics.median(r["spans_per_s"] for r in by_variant[driver, build, n])
                             ),
-                            "vs_user_script": rate / results["user_script"]["spans_per_s"],
+                            "vs_user_script": _paired(by_variant[driver, build, n], beside[driver]),
                             "vs_pure_one_process": rate / spans_per_s,
                             "peak_rss_mib_total": max(r["peak_rss_mib"] for r in by_variant[driver, build, n]),
                             "peak_rss_mib_per_process": max(r["peak_rss_mib_per_process"] for r in by_variant[driver, build, n]),
