@@ -51,13 +51,19 @@ def _header(size: int, sequence: int) -> bytes:
     return size.to_bytes(3, "little") + bytes([sequence & 0xFF])
 
 
-def _read(kind: type[MySQLResult], stream: bytes, pieces: list[int], buffer: int, error, sequence: int, converters):
+def _result(kind: type[MySQLResult], stream: bytes, pieces: list[int], buffer: int, error, sequence: int, converters):
+    """A result of ``kind`` about to read its rows from ``stream``, on a connection that never connected."""
     connection = Connection.__new__(Connection)  # what reading a result uses of a connection, without connecting
     connection.encoding, connection._result = "utf8", None
     connection._sock, connection._rfile = _Socket(), io.BufferedReader(_Raw(stream, pieces, error), buffer)
     connection._next_seq_id, connection._read_timeout, connection._current_timeout = sequence, None, None
     result = kind(connection)
     result.converters, result.field_count = converters, len(converters)
+    return result, connection
+
+
+def _read(kind: type[MySQLResult], stream: bytes, pieces: list[int], buffer: int, error, sequence: int, converters):
+    result, connection = _result(kind, stream, pieces, buffer, error, sequence, converters)
     try:
         result._read_rowdata_packet()
         outcome: tuple = ("rows", [[(type(v), v) for v in row] for row in result.rows], result.warning_count, result.has_next)
@@ -156,12 +162,7 @@ def test_a_connection_lost_between_rows_fails_as_pymysql_says():
 def test_an_interrupted_read_between_rows_closes_the_connection_as_pymysql_does():
     stream = _header(3, 0) + b"\x02ok"
     for kind in (MySQLResult, CompiledRows):
-        connection = Connection.__new__(Connection)
-        connection.encoding, connection._result, connection._sock = "utf8", None, _Socket()
-        connection._rfile = io.BufferedReader(_Raw(stream, [], KeyboardInterrupt()))
-        connection._next_seq_id, connection._read_timeout, connection._current_timeout = 0, None, None
-        result = kind(connection)
-        result.converters, result.field_count = [("utf8", None)], 1
+        result, connection = _result(kind, stream, [], 8192, KeyboardInterrupt(), 0, [("utf8", None)])
         with pytest.raises(KeyboardInterrupt):
             result._read_rowdata_packet()
         assert connection._rfile is None, kind.__name__
