@@ -1,8 +1,9 @@
-"""`backfill --workers N`: the same spans as one process, each part in id order, and on a stop a
-resume line before which every id was sent."""
+"""`backfill --workers N`: the same spans as one process, each piece in id order, the pieces taken
+in turn, and on a stop a resume line before which every id was sent."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import multiprocessing
 import os
@@ -18,20 +19,28 @@ from servers import Receiver, free_port, wait_for
 
 from run_otel.config import load_config
 from run_otel.ops.backfill_job import run_backfill
-from run_otel.ops.backfill_workers import Running, split
+from run_otel.ops.backfill_workers import Running, Tally, _Piece, pieces
 from run_otel.ops.demo import generate, insert_workload
 from run_otel.pipeline.backfill import Plan, Window
 
 
-def test_the_parts_are_contiguous_cover_the_range_and_are_never_empty():
-    for first, last, workers in [(1, 10, 3), (5, 5, 4), (1, 1_000_000, 2), (100, 107, 8), (3, 4, 32)]:
-        parts = split(Plan(first, last, "ids"), workers)
-        assert parts[0][0] == first and parts[-1][1] == last
-        assert all(a <= b for a, b in parts)
-        assert all(parts[k][1] + 1 == parts[k + 1][0] for k in range(len(parts) - 1))
-        assert len(parts) == min(workers, last - first + 1)
-        sizes = [b - a + 1 for a, b in parts]
-        assert max(sizes) - min(sizes) <= 1
+def test_the_pieces_are_contiguous_cover_the_range_and_shrink_to_a_quarter_batch():
+    for first, last, workers, batch in [(1, 10, 3, 500), (5, 5, 4, 500), (1, 1_000_000, 2, 500), (100, 107, 8, 4), (3, 4, 32, 1)]:
+        cut = pieces(Plan(first, last, "ids"), workers, batch)
+        assert cut[0][0] == first and cut[-1][1] == last
+        assert all(a <= b for a, b in cut)
+        assert all(cut[k][1] + 1 == cut[k + 1][0] for k in range(len(cut) - 1))
+        sizes = [b - a + 1 for a, b in cut]
+        assert sizes == sorted(sizes, reverse=True)
+        smallest = max(1, min(batch // 4, -(-(last - first + 1) // workers)))
+        assert all(size >= smallest for size in sizes[:-1])
+        assert len(cut) >= min(workers, last - first + 1)  # a short range still gives each process a piece
+        # Each piece is at most a 2N-th of what was left (or a quarter batch): the last ones are small.
+        for a, b in cut:
+            left = last - a + 1
+            assert b - a + 1 <= max(-(-left // (2 * workers)), smallest)
+    assert [b - a + 1 for a, b in pieces(Plan(1, 8000, "ids"), 2, 500)][:3] == [2000, 1500, 1125]
+    assert len(pieces(Plan(1, 1_000_000, "ids"), 2, 500)) < 60  # a few dozen reports of what was taken
 
 
 def _seed(agent_db, runs: int) -> dict[str, int]:
@@ -83,10 +92,9 @@ def test_two_workers_send_the_same_spans_as_one_each_part_in_id_order(agent_db, 
         assert _spans(one) == _spans(two)
         assert out_single.splitlines()[0].split(" in ")[0] == out_split.splitlines()[0].split(" in ")[0]
         order = [ids[span.trace_id.hex()] for _r, _s, span in two.spans() if not span.parent_span_id]
-        (first_part, second_part) = split(Plan(1, max(agent_db.execute("SELECT MAX(id) FROM diagnosis_run")[0]), "ids"), 2)
-        for low, high in (first_part, second_part):
-            in_part = [run_id for run_id in order if low <= run_id <= high]
-            assert in_part and in_part == sorted(in_part)
+        for low, high in pieces(Plan(1, max(agent_db.execute("SELECT MAX(id) FROM diagnosis_run")[0]), "ids"), 2, 50):
+            in_piece = [run_id for run_id in order if low <= run_id <= high]
+            assert in_piece and in_piece == sorted(in_piece)
         # The precondition: the split path ran (interleaving depends on timing), its parts forked.
         assert "2 workers" in err_split and "2 worker processes, started by fork" in err_split
         # Spawned parts, as beside another thread, send the same spans too.
@@ -98,6 +106,7 @@ def test_two_workers_send_the_same_spans_as_one_each_part_in_id_order(agent_db, 
         tally = running.wait(lambda _tally: None)
         busy.set()
         assert running.method == "spawn" and tally.resume_from() is None and not tally.errors()
+        assert {piece.taken_by for piece in tally.pieces} == {0, 1}
         assert _spans(three) == _spans(one)
     finally:
         one.stop(), two.stop(), three.stop()
@@ -255,16 +264,74 @@ def test_a_backfill_without_metrics_loads_no_metrics_sdk(tmp_path):
     assert "LOADED []" in done.stdout, done.stdout
 
 
-def test_the_resume_id_is_the_first_id_any_part_left_unsent():
-    from run_otel.ops.backfill_workers import Tally, _Part
-
-    parts = [
-        _Part(1, 10, read_to=10, done=True),  # finished
-        _Part(11, 20, read_to=14, done=True),  # stopped after 14
-        _Part(21, 30, read_to=20),  # never read a batch
-        _Part(31, 40, read_to=35, done=True, error="UNAVAILABLE"),  # failed after 35
+def test_the_resume_id_is_the_first_id_of_any_piece_left_unsent():
+    cut = [
+        _Piece(1, 10, read_to=10, taken_by=0),  # finished
+        _Piece(11, 20, read_to=14, taken_by=1),  # stopped after 14
+        _Piece(21, 30, read_to=20),  # never taken
+        _Piece(31, 40, read_to=35, taken_by=0),  # its process failed after 35
+        _Piece(41, 50, read_to=50, taken_by=0),  # finished by the process that failed later
     ]
-    tally = Tally(parts)
+    tally = Tally(cut, workers=2)
+    tally.failed(0, "UNAVAILABLE")
     assert tally.resume_from() == 15  # every id before it was sent; from it on, some were not
     assert tally.errors() == ["ids 31..40: UNAVAILABLE"]
-    assert Tally([_Part(1, 10, read_to=10, done=True), _Part(11, 20, read_to=20, done=True)]).resume_from() is None
+    assert tally.piece_of(14) is cut[1] and tally.piece_of(41) is cut[4] and tally.piece_of(50) is cut[4]
+    assert Tally([_Piece(1, 10, read_to=10), _Piece(11, 20, read_to=20)]).resume_from() is None
+
+
+def test_a_piece_that_ends_in_ids_without_a_run_is_finished(agent_db, tmp_path):
+    """Auto-increment gaps (rolled-back inserts, a Galera node's auto_increment_increment) and
+    deleted runs leave ids without a run, also at the end of a piece: its last batch reads to the
+    piece's end, so the backfill finishes rather than naming a resume line for ids it sent."""
+    ids = _seed(agent_db, 300)
+    agent_db.execute("DELETE FROM tool_invocation WHERE run_id IN (SELECT run_id FROM diagnosis_run WHERE id % 3 <> 1)")
+    agent_db.execute("DELETE FROM diagnosis_run WHERE id % 3 <> 1")
+    kept = {trace: run_id for trace, run_id in ids.items() if run_id % 3 == 1}
+    last = max(kept.values())
+    # The precondition: pieces end on ids that hold no run, and so does the first half of the range.
+    cut = pieces(Plan(1, last, "ids"), 2, 50)
+    assert sum(b % 3 != 1 for _a, b in cut[:-1]) >= 3 and (last // 2) % 3 != 1
+    receiver = Receiver()
+    receiver.start()
+    try:
+        process = _backfill(_config(agent_db, tmp_path, receiver, "gaps"), "--workers", "2")
+        out, err = process.communicate(timeout=300)
+        assert process.returncode == 0, err
+        assert out.startswith(f"backfilled {len(kept)} runs"), out
+        assert "resume" not in err and f"{last}/{last}" in err
+        assert received_roots(receiver) == set(kept)
+    finally:
+        receiver.stop()
+
+
+def test_a_slowed_process_leaves_the_pieces_it_has_not_taken_to_the_other(agent_db, tmp_path):
+    """One process stopped from its start: the other takes every piece, so the backfill does not
+    wait on the slow one for half the range."""
+    ids = _seed(agent_db, 600)
+    receiver = Receiver()
+    receiver.start()
+    try:
+        config = load_config(_config(agent_db, tmp_path, receiver, "slowed"), environ={})
+        running = Running(config, Window(), Plan(1, max(ids.values()), "ids"), 2)
+        slowed = running._processes[0].pid
+        assert slowed is not None
+        os.kill(slowed, signal.SIGSTOP)
+
+        def go_on() -> None:
+            with contextlib.suppress(ProcessLookupError):  # ended and reaped
+                os.kill(slowed, signal.SIGCONT)
+
+        resumed = threading.Timer(60, go_on)  # whatever happens, it ends
+        resumed.start()
+        try:
+            tally = running.wait(lambda tally: go_on() if tally.done[1] else None)
+        finally:
+            resumed.cancel()
+            go_on()
+    finally:
+        receiver.stop()
+    assert tally.resume_from() is None and not tally.errors()
+    assert received_roots(receiver) == set(ids)
+    by_other = sum(piece.taken_by == 1 for piece in tally.pieces)
+    assert len(tally.pieces) > 6 and by_other >= len(tally.pieces) - 2, [p.taken_by for p in tally.pieces]

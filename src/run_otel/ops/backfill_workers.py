@@ -1,21 +1,26 @@
-"""`run-otel backfill --workers N`: the id range in N contiguous parts, one process each.
+"""`run-otel backfill --workers N`: the id range in pieces, N processes taking them in turn.
 
 Mapping and encoding hold Python's interpreter lock, so one process uses one core;
-N processes use N. Each part is read in id order, as a single backfill reads it,
-and sends the same bytes. The processes report each batch to this one, which
-draws one progress bar and adds up the totals. On a stop or a failure the resume
-line starts at the first id any part left unsent: ids after it that a later part
-already sent are sent again, byte-identical, as at-least-once allows.
+N processes use N. The range is cut into contiguous pieces, large first and down to
+a quarter batch; each process takes the next piece when its reads reach the end of
+the last, in one pass, so the processes end within a small piece of each other
+whatever slowed one of them (a busy core, the database). Each piece is read in id
+order, as a single backfill reads it, and sends the same bytes. The processes report
+each batch to this one, which draws one progress bar and adds up the totals. On a
+stop or a failure the resume line starts at the first id of any piece left unsent:
+ids after it that were already sent are sent again, byte-identical, as at-least-once
+allows.
 """
 
 from __future__ import annotations
 
+import bisect
 import multiprocessing
 import os
 import queue as queues
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
 from typing import Any, Literal
@@ -26,59 +31,84 @@ from ..factory import build_backfill, build_parts
 from ..mapping.masking import Scrubber, configured_secrets
 from ..mapping.span_data import trace_id_for
 from ..pipeline.backfill import Plan, Window
+from ..pipeline.backfilled import Range
 from ..pipeline.results import PollResult
 from ..source.reader import SourceError
 from ..telemetry.logs import configure_logging, scrub_output
 
 
-def split(plan: Plan, workers: int) -> list[tuple[int, int]]:
-    """Contiguous parts of about equal length, in id order; never an empty one."""
+def pieces(plan: Plan, workers: int, batch_size: int) -> list[Range]:
+    """Contiguous pieces in id order, each a share of what is left (so the first are the largest),
+    none under a quarter batch but the last: the processes that take them in turn then end
+    within about a quarter batch of each other. A range too short for that still gives each
+    process a piece."""
     size = plan.last_id - plan.first_id + 1
-    count = max(1, min(workers, size))
-    bounds = [plan.first_id + size * k // count for k in range(count + 1)]
-    return [(bounds[k], bounds[k + 1] - 1) for k in range(count)]
+    smallest = max(1, min(batch_size // 4, -(-size // workers)))
+    out: list[Range] = []
+    first = plan.first_id
+    while first <= plan.last_id:
+        left = plan.last_id - first + 1
+        size = min(left, max(smallest, -(-left // (2 * workers))))
+        out.append((first, first + size - 1))
+        first += size
+    return out
 
 
 @dataclass
-class _Part:
+class _Piece:
     first_id: int
     last_id: int
     read_to: int
     first_run: str = ""
     last_run: str = ""
-    done: bool = False
+    taken_by: int | None = None  # the process that took it
     error: str | None = None
 
     @property
     def finished(self) -> bool:
-        return self.done and self.error is None and self.read_to >= self.last_id
+        return self.error is None and self.read_to >= self.last_id
 
 
 @dataclass
 class Tally:
-    """What the parts reported, added up."""
+    """What the processes reported, added up, by piece."""
 
-    parts: list[_Part]
+    pieces: list[_Piece]
+    workers: int = 1
+    done: list[bool] = field(default_factory=list)  # by process
     total: PollResult = field(default_factory=PollResult)
 
+    def __post_init__(self) -> None:
+        self.done = self.done or [False] * self.workers
+        self._firsts = [piece.first_id for piece in self.pieces]
+
+    def piece_of(self, run_id: int) -> _Piece:
+        return self.pieces[bisect.bisect_right(self._firsts, run_id) - 1]
+
     def ids_read(self) -> int:
-        return sum(part.read_to - part.first_id + 1 for part in self.parts)
+        return sum(piece.read_to - piece.first_id + 1 for piece in self.pieces)
 
     def first_trace(self) -> str:
-        first = next((part.first_run for part in self.parts if part.first_run), "")
+        first = next((piece.first_run for piece in self.pieces if piece.first_run), "")
         return trace_id_for(first).hex() if first else ""
 
     def last_trace(self) -> str:
-        last = next((part.last_run for part in reversed(self.parts) if part.last_run), "")
+        last = next((piece.last_run for piece in reversed(self.pieces) if piece.last_run), "")
         return trace_id_for(last).hex() if last else ""
 
     def resume_from(self) -> int | None:
-        """The first id a part left unsent; None when every part finished."""
-        unsent = [part.read_to + 1 for part in self.parts if not part.finished]
+        """The first id of a piece left unsent, taken or not; None when every piece is finished."""
+        unsent = [piece.read_to + 1 for piece in self.pieces if not piece.finished]
         return min(unsent) if unsent else None
 
+    def failed(self, k: int, error: str) -> None:
+        """Process ``k`` ended with ``error``: it names the pieces the process took and left unfinished."""
+        for piece in self.pieces:
+            if piece.taken_by == k and not piece.finished:
+                piece.error = error
+
     def errors(self) -> list[str]:
-        return [f"ids {p.first_id}..{p.last_id}: {p.error}" for p in self.parts if p.error]
+        return [f"ids {p.first_id}..{p.last_id}: {p.error}" for p in self.pieces if p.error]
 
 
 def start_method() -> Literal["fork", "spawn"]:
@@ -96,16 +126,20 @@ def start_method() -> Literal["fork", "spawn"]:
 
 
 class Running:
-    """The parts' processes, started; :meth:`wait` follows them to the end."""
+    """The processes, started; :meth:`wait` follows them to the end."""
 
     def __init__(self, config: Config, window: Window, plan: Plan, workers: int) -> None:
         self.method = start_method()
         context = multiprocessing.get_context("fork") if self.method == "fork" else multiprocessing.get_context("spawn")
         self._reports: Any = context.Queue()
-        self.tally = Tally([_Part(first, last, first - 1) for first, last in split(plan, workers)])
+        cut = pieces(plan, workers, config.poll.batch_size)
+        count = min(workers, len(cut))
+        self.tally = Tally([_Piece(first, last, first - 1) for first, last in cut], count)
+        # The next piece to take; held here while the processes run: a spawned one opens its lock by name.
+        self._taken = context.Value("i", 0)
         self._processes: list[BaseProcess] = [
-            context.Process(target=_work, args=(config, window, k, part.first_id, part.last_id, self._reports), daemon=True)
-            for k, part in enumerate(self.tally.parts)
+            context.Process(target=_work, args=(config, window, k, cut, self._taken, self._reports), daemon=True)
+            for k in range(count)
         ]
         self.stopped = False
         self._owner = os.getpid()
@@ -113,24 +147,24 @@ class Running:
         try:
             for process in self._processes:
                 process.start()
-        except BaseException:  # out of processes or memory: none of the parts may run on alone
+        except BaseException:  # out of processes or memory: none of them may run on alone
             self._stop()
             signal.signal(signal.SIGTERM, self._previous)
             raise
 
     def _stop(self, *_args: object) -> None:
         if os.getpid() != self._owner:
-            return  # a forked part before it sets its own handler
+            return  # a forked process before it sets its own handler
         self.stopped = True
         for process in self._processes:
             if process.is_alive():
-                process.terminate()  # SIGTERM: the part finishes its batch and reports where it stopped
+                process.terminate()  # SIGTERM: the process finishes its batch and reports where it stopped
 
     def wait(self, on_progress: Callable[[Tally], None]) -> Tally:
-        """Runs the parts to the end; :attr:`stopped` then says whether a SIGTERM stopped them."""
+        """Runs the processes to the end; :attr:`stopped` then says whether a SIGTERM stopped them."""
         tally = self.tally
         try:
-            while not all(part.done for part in tally.parts):
+            while not all(tally.done):
                 try:
                     message = self._reports.get(timeout=1.0)
                 except queues.Empty:
@@ -147,20 +181,24 @@ class Running:
 
 def _apply(tally: Tally, message: tuple) -> None:
     kind, k, *rest = message
-    part = tally.parts[k]
-    if kind == "batch":
+    if kind == "took":
+        tally.pieces[rest[0]].taken_by = k
+    elif kind == "batch":
         cursor, counts, first_run, last_run = rest
-        part.read_to = cursor
-        part.first_run = part.first_run or first_run
-        part.last_run = last_run or part.last_run
+        piece = tally.piece_of(cursor)  # a batch lies in one piece
+        piece.read_to = cursor
+        piece.first_run = piece.first_run or first_run
+        piece.last_run = last_run or piece.last_run
         tally.total.add(PollResult(**counts))
     else:
-        part.done, part.error = True, rest[0]
+        tally.done[k] = True
+        if rest[0] is not None:
+            tally.failed(k, rest[0])
 
 
 def _notice_deaths(tally: Tally, processes: list[BaseProcess], reports: Any) -> None:
-    """A part whose process ended without a word (killed, out of memory) failed where it was."""
-    ended = [k for k, process in enumerate(processes) if not tally.parts[k].done and process.exitcode is not None]
+    """A process that ended without a word (killed, out of memory) failed where it was."""
+    ended = [k for k, process in enumerate(processes) if not tally.done[k] and process.exitcode is not None]
     if not ended:
         return
     while True:  # what an ended process sent before it ended is still to be read
@@ -169,16 +207,28 @@ def _notice_deaths(tally: Tally, processes: list[BaseProcess], reports: Any) -> 
         except queues.Empty:
             break
     for k in ended:
-        part = tally.parts[k]
-        if not part.done:
-            part.done, part.error = True, f"the worker process exited with code {processes[k].exitcode}"
+        if not tally.done[k]:
+            tally.done[k] = True
+            tally.failed(k, f"the worker process exited with code {processes[k].exitcode}")
 
 
-def _work(config: Config, window: Window, k: int, first_id: int, last_id: int, reports: Any) -> None:
-    """One part, in its own process: the same pass a single backfill runs."""
+def _taking(cut: list[Range], taken: Any, k: int, reports: Any) -> Iterator[Range]:
+    """The pieces this process takes, each when it asks for the next: the one no process took yet."""
+    while True:
+        with taken.get_lock():
+            j = taken.value
+            if j >= len(cut):
+                return
+            taken.value = j + 1
+        reports.put(("took", k, j))
+        yield cut[j]
+
+
+def _work(config: Config, window: Window, k: int, cut: list[Range], taken: Any, reports: Any) -> None:
+    """One process: the same pass a single backfill runs, over the pieces it takes."""
     scrubber = Scrubber.for_secrets(configured_secrets(config.export, config.source, config.state))
     configure_logging(config.log, scrub_output(scrubber))
-    parts = build_parts(config)  # closed below, once the part's last batch is sent
+    parts = build_parts(config)  # closed below, once the last batch is sent
     backfill = build_backfill(parts)
     signal.signal(signal.SIGTERM, lambda *_: backfill.stop_requested.set())
 
@@ -197,7 +247,7 @@ def _work(config: Config, window: Window, k: int, first_id: int, last_id: int, r
 
     error = None
     try:
-        backfill.run(first_id, last_id, on_batch, created_in=window.contains)
+        backfill.run_ranges(_taking(cut, taken, k, reports), on_batch, created_in=window.contains)
     except (SourceError, ExportError) as exc:
         error = str(exc)
     finally:

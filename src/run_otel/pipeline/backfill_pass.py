@@ -89,6 +89,19 @@ class BackfillPass:
         """Exports the finished runs with ids in [first_id, last_id] that ``created_in``
         accepts. The next batch is read while this one is mapped, and mapped while the one
         before is sent: the receiver's time to acknowledge a request overlaps run-otel's work."""
+        return self.run_ranges(iter([(first_id, last_id)]), on_batch, record_metrics, created_in)
+
+    def run_ranges(
+        self,
+        ranges: Iterator[Range],
+        on_batch: Callable[[PollResult, int], None] = lambda result, cursor: None,
+        record_metrics: bool = False,
+        created_in: Callable[[RunRow], bool] = lambda run: True,
+    ) -> PollResult:
+        """``run`` over id ranges taken one by one, as the reads reach the end of the last one
+        (``backfill --workers``: each process takes the next piece of the range when it needs
+        one), in one pass: reading, mapping and sending overlap across them. Each batch lies
+        in one range; its cursor reaches the range's last id once the range is read."""
         total = PollResult()
         sending: tuple[Future[PollResult], _Batch] | None = None
 
@@ -115,7 +128,7 @@ class BackfillPass:
 
         with (
             BatchCollection() as collection,
-            ReadAhead(self._batches(first_id, last_id, created_in)) as batches,
+            ReadAhead(self._batches(ranges, created_in)) as batches,
             ThreadPoolExecutor(1, thread_name_prefix="run-otel-send") as sender,
         ):
             for batch in batches:
@@ -128,14 +141,22 @@ class BackfillPass:
                 finish()
         return total
 
-    def _batches(self, first_id: int, last_id: int, created_in: Callable[[RunRow], bool]) -> Iterator[_Batch]:
-        """The id range's batches with their tool rows: pure reads, run in the read-ahead thread."""
+    def _batches(self, ranges: Iterator[Range], created_in: Callable[[RunRow], bool]) -> Iterator[_Batch]:
+        """The ranges' batches with their tool rows: pure reads, run in the read-ahead thread.
+        The next range is taken only once this one is read, and none after a stop."""
+        while not self.stop_requested.is_set():
+            taken = next(ranges, None)
+            if taken is None:
+                return
+            yield from self._range_batches(*taken, created_in)
+
+    def _range_batches(self, first_id: int, last_id: int, created_in: Callable[[RunRow], bool]) -> Iterator[_Batch]:
         cursor = first_id - 1
         while cursor < last_id and not self.stop_requested.is_set():
             runs = self._read(partial(self._source.runs_after, cursor, self._batch_size, until_id=last_id))
-            if not runs:
-                return
-            first, cursor = cursor + 1, runs[-1].id
+            # Fewer runs than asked for: none is left up to last_id, so the batch covers the range's
+            # end, ids that hold no run included (deleted runs, auto-increment gaps): the range is read.
+            first, cursor = cursor + 1, runs[-1].id if len(runs) == self._batch_size else last_id
             now = self._clock()
             inside = [run for run in runs if created_in(run)]
             mine = [r for r in inside if in_shard(r.run_id, self._shard)]

@@ -27,7 +27,7 @@ from .columns import TOOL_COLUMNS, columns_read
 from .engine import make_engine, safe_url
 from .errors import ConnectionLost, SourceError, read_failed, unwrapped_driver_errors
 from .evidence import DATABASE_COLUMN_COUNT, DatabaseSummaries, database_columns
-from .rows import TERMINAL_STATUSES, FeedbackRow, RunRow, ToolRow
+from .rows import TERMINAL_STATUSES, FeedbackRow, RunRow, ToolRow, run_id_text
 from .schema import diagnosis_run, tool_invocation
 
 __all__ = ["Backlog", "ConnectionLost", "Source", "SourceError"]
@@ -51,11 +51,6 @@ def _without_processing(statement: Select, dialect: Dialect) -> bool:
     """True when SQLAlchemy would hand every selected value over as the driver returned it,
     so the driver's own tuples are the same rows without building a Row for each."""
     return all(dialect.type_descriptor(c.type).result_processor(dialect, None) is None for c in statement.selected_columns)
-
-
-def _text(value: object) -> str:
-    """A run_id as text: a VARBINARY column hands over bytes."""
-    return value.decode("utf-8", "replace") if isinstance(value, (bytes, bytearray)) else str(value)
 
 
 def _newest_id(conn: Connection) -> int:
@@ -311,7 +306,7 @@ class Source:
         (run_id, id), so the rows above it are not even examined. The bound is written
         ``id + 0 <=``: as ``id <=`` it let MariaDB take the primary key's range instead of that
         index where the range held the whole table, and examine every row in it for each chunk."""
-        wanted = sorted({_text(run_id) for run_id in run_ids})
+        wanted = sorted({run_id_text(run_id) for run_id in run_ids})
         by_run: dict[str, list[ToolRow]] = {run_id: [] for run_id in wanted}
         # MySQL's default collations compare case-insensitively, so IN may
         # return 'RUN-A' for 'run-a'; file such rows under the id that was asked.
@@ -321,7 +316,7 @@ class Source:
             if through_id is not None:
                 stmt = stmt.where(tool_invocation.c.id + 0 <= through_id)
             for tool in self._tools(stmt.order_by(tool_invocation.c.run_id, tool_invocation.c.id)):
-                run_id = _text(tool.run_id)
+                run_id = run_id_text(tool.run_id)
                 key = run_id if run_id in by_run else folded.get(run_id.casefold())
                 if key is not None:
                     by_run[key].append(tool)

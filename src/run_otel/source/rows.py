@@ -81,3 +81,8 @@ class FeedbackRow(NamedTuple):
     # Where the run's span lies, so the rating's span stays inside it.
     created_at: datetime | Any = None
     total_duration_ms: int | None = None
+
+
+def run_id_text(value: object) -> str:
+    """A run_id as text: a VARBINARY column hands over bytes."""
+    return value.decode("utf-8", "replace") if isinstance(value, (bytes, bytearray)) else str(value)

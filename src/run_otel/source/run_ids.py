@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from sqlalchemy import select, text
 
 from .reader import Source
+from .rows import run_id_text
 from .schema import diagnosis_run
 
 log = logging.getLogger(__name__)
@@ -45,10 +46,6 @@ def schema_facts(create_table: str) -> tuple[bool, str]:
         found = _COLLATE.search(definition) or _COLLATE.search(create_table.rsplit(")", 1)[-1])
         collation = found[1] if found else "_ci"
     return _UNIQUE_RUN_ID.search(create_table) is not None, collation
-
-
-def _text(value: object) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, (bytes, bytearray)) else str(value)
 
 
 def _spellings(run_id: str) -> set[str]:
@@ -107,7 +104,7 @@ class RunIdRows:
             chunk = wanted[start : start + _CHUNK]
             statement = select(diagnosis_run.c.id, diagnosis_run.c.run_id).where(diagnosis_run.c.run_id.in_(chunk))
             for pk, run_id in self._source.fetch(statement):
-                name = _text(run_id)
+                name = run_id_text(run_id)
                 key = name.casefold()
                 if key not in out or int(pk) < out[key][0]:
                     out[key] = (int(pk), name)
@@ -119,4 +116,4 @@ class RunIdRows:
         statement = select(diagnosis_run.c.id, diagnosis_run.c.run_id).where(
             diagnosis_run.c.run_id.in_(sorted(self._asked(run_id)))
         )
-        return sorted(int(pk) for pk, name in self._source.fetch(statement) if _text(name).casefold() == key)
+        return sorted(int(pk) for pk, name in self._source.fetch(statement) if run_id_text(name).casefold() == key)

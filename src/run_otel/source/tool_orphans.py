@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import func, select
 
 from .reader import Source
+from .rows import run_id_text
 from .schema import tool_invocation
 
 
@@ -38,8 +39,4 @@ def tool_rows_between(source: Source, after_id: int, up_to_id: int, limit: int) 
         .order_by(tool.id)
         .limit(limit)
     )
-    return [OrphanRow(int(pk), _text(run_id), created) for pk, run_id, created in source.fetch(statement)]
-
-
-def _text(value: object) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, (bytes, bytearray)) else str(value)
+    return [OrphanRow(int(pk), run_id_text(run_id), created) for pk, run_id, created in source.fetch(statement)]
