@@ -23,6 +23,7 @@ from ..source.rows import FeedbackRow, RunRow, ToolRow, is_terminal
 from .backfilled import Range, ranges_of
 from .feedback import FeedbackSender
 from .gc_policy import BatchCollection
+from .heap import keep_freed_memory
 from .ratings_ledger import SentRating
 from .readahead import ReadAhead
 from .recorder import Recorder
@@ -104,6 +105,7 @@ class BackfillPass:
         in one range; its cursor reaches the range's last id once the range is read."""
         total = PollResult()
         sending: tuple[Future[PollResult], _Batch] | None = None
+        keep_freed_memory()  # the next batch reuses what this one frees (heap.py)
 
         def finish() -> None:
             assert sending is not None
