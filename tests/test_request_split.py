@@ -8,6 +8,8 @@ import logging
 from datetime import timedelta
 
 from helpers import utc_now_naive
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from sqlalchemy import insert
@@ -82,6 +84,42 @@ def test_spans_are_packed_under_max_request_bytes():
     assert len(receiver.accepted) == 5  # 30 spans of about 1.1 KB under 8 KiB: 7 a request, packed full
     assert all(len(ids) == 7 for ids in receiver.accepted[:-1])
     assert len(acked) == len(receiver.accepted)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.lists(st.integers(0, 1500), max_size=6), max_size=25),
+    st.integers(2 * 1024, 12 * 1024),
+)
+def test_each_request_holds_the_spans_that_fit_in_order_whole_runs_or_not(sizes, max_request_bytes):
+    """The requests are those of packing span by span: a request is sent when the next span would
+    take it past the limit, whether a run's spans are added one by one or all at once."""
+    runs = [
+        RunSpans(
+            f"run-{n}",
+            [
+                WIRE.replay(SpanData(bytes([n + 1]) * 16, bytes([n, i]) * 4, b"", "s", 1, 2, (("p", "x" * k),)))
+                for i, k in enumerate(run)
+            ],
+        )
+        for n, run in enumerate(sizes)
+    ]
+    receiver = LimitedReceiver(limit=max_request_bytes)
+    sender = RequestSender(receiver, ENCODER, max_request_bytes, 128, lambda *_: None)
+    sent = sender.send(runs)
+    expected: list[list[bytes]] = []
+    request: list[bytes] = []
+    size = 0
+    for encoded in (encoded for run in runs for encoded in run.encoded):
+        if request and size + len(encoded) + 6 > sender._room:
+            expected.append(request)
+            request, size = [], 0
+        request.append(Span.FromString(encoded).span_id)
+        size += len(encoded) + 6
+    if request:
+        expected.append(request)
+    assert receiver.accepted == expected and receiver.refused == 0
+    assert sent.runs == len(runs) and sent.dropped == 0
 
 
 def test_a_request_refused_as_too_large_is_sent_again_in_halves_each_span_once(caplog):
