@@ -24,9 +24,9 @@ OTLP/gRPC receiver in a separate process that only counts spans, then reports:
    days of runs (1 in 20 rated), for a one-day and a seven-day window.
 
 Medians over --reps repetitions, and ratios, because the machine is noisy. The
-user's script runs beside each driver's backfills in every repetition, and a
-ratio to it is the median of those pairs: the machine's speed drifts by a third
-within minutes, which a ratio of medians taken minutes apart carried whole.
+user's script runs right beside each backfill (before it, then after it, in turn),
+and a ratio to it is the median of those pairs: the machine's speed drifts by a
+third within minutes, which a ratio of medians taken minutes apart carried whole.
 Results go to bench/results/latest.json and a table on stdout.
 """
 
@@ -44,7 +44,9 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from concurrent import futures
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -624,7 +626,7 @@ def compiled_python(tmp: Path, revision: str | None = None) -> str:
 
 
 def _paired(runs: list[dict], scripts: list[dict]) -> float:
-    """The median of each repetition's spans/s over the user script's beside it."""
+    """The median of each backfill's spans/s over the user script's run beside it."""
     return statistics.median(run["spans_per_s"] / script["spans_per_s"] for run, script in zip(runs, scripts, strict=True))
 
 
@@ -695,25 +697,41 @@ def main() -> None:
             raw: dict[str, list] = {d: [] for d in drivers}
             bridge_read: dict[tuple[str, bool], list] = {(d, r): [] for d in drivers for r in (True, False)}
             baseline: list = []
-            # The user's script runs beside each driver's backfills in every repetition: the ratios
-            # are medians of those pairs, taken within a minute of each other.
-            beside: dict[str, list] = {d: [] for d in drivers}
+            # Each backfill runs right beside a run of the user's script, first one, then the other
+            # in turn: each ratio is the median of pairs taken seconds apart, where the machine's
+            # speed drifts by a third within minutes.
+            beside: dict[tuple[str, str, int], list] = {(d, b, n): [] for d in drivers for b, n in [("python", 1), *variants]}
             results["receiver_delay_ms"] = args.receiver_delay_ms
             with CountingReceiver(delay=args.receiver_delay_ms / 1000) as receiver:
+
+                def paired(key: tuple[str, str, int], rep: int, backfill_run: Callable[[], dict]) -> dict:
+                    if rep % 2 == 0:
+                        beside[key].append(measure_user_script(server, "bench", receiver))
+                    run = backfill_run()
+                    if rep % 2 == 1:
+                        beside[key].append(measure_user_script(server, "bench", receiver))
+                    return run
+
                 for rep in range(args.reps):
                     print(f"repetition {rep + 1}/{args.reps} ...", flush=True)
                     for driver in drivers:
-                        beside[driver].append(measure_user_script(server, "bench", receiver))
+                        driver_url = with_driver(url, driver)
                         raw[driver].append(measure_raw_read(server, "bench", driver))
                         for tuples in (True, False):
-                            bridge_read[driver, tuples].append(measure_bridge_read(tmp, with_driver(url, driver), tuples))
-                        backfill[driver].append(measure_backfill(tmp, with_driver(url, driver), receiver))
+                            bridge_read[driver, tuples].append(measure_bridge_read(tmp, driver_url, tuples))
+                        backfill[driver].append(
+                            paired((driver, "python", 1), rep, partial(measure_backfill, tmp, driver_url, receiver))
+                        )
                         for build, n in variants:
                             by_variant[driver, build, n].append(
-                                measure_backfill(tmp, with_driver(url, driver), receiver, workers=n, python=builds[build])
+                                paired(
+                                    (driver, build, n),
+                                    rep,
+                                    partial(measure_backfill, tmp, driver_url, receiver, workers=n, python=builds[build]),
+                                )
                             )
                     baseline.append(measure_sdk_baseline(url, receiver))
-            script = [run for driver in drivers for run in beside[driver]]
+            script = [run for runs in beside.values() for run in runs]
             results["user_script"] = {
                 "spans_per_s": statistics.median(r["spans_per_s"] for r in script),
                 "cpu_us_per_span": statistics.median(r["cpu_us_per_span"] for r in script),
@@ -729,7 +747,7 @@ def main() -> None:
                     "backfill_spans_per_s": spans_per_s,
                     "peak_rss_mib": max(r["peak_rss_mib"] for r in backfill[driver]),
                     "raw_read_rows_per_s": raw_rows_per_s,
-                    "vs_user_script": _paired(backfill[driver], beside[driver]),
+                    "vs_user_script": _paired(backfill[driver], beside[driver, "python", 1]),
                     "vs_sdk": spans_per_s / results["sdk_baseline"]["spans_per_s"],
                     "vs_its_raw_read": spans_per_s / raw_rows_per_s,
                     "bridge_read": {
@@ -745,7 +763,7 @@ def main() -> None:
                             "backfill_spans_per_s": (
                                 rate := statistics.median(r["spans_per_s"] for r in by_variant[driver, build, n])
                             ),
-                            "vs_user_script": _paired(by_variant[driver, build, n], beside[driver]),
+                            "vs_user_script": _paired(by_variant[driver, build, n], beside[driver, build, n]),
                             "vs_pure_one_process": rate / spans_per_s,
                             "peak_rss_mib_total": max(r["peak_rss_mib"] for r in by_variant[driver, build, n]),
                             "peak_rss_mib_per_process": max(r["peak_rss_mib_per_process"] for r in by_variant[driver, build, n]),

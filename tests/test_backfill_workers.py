@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import multiprocessing
 import os
 import signal
@@ -335,3 +336,62 @@ def test_a_slowed_process_leaves_the_pieces_it_has_not_taken_to_the_other(agent_
     assert received_roots(receiver) == set(ids)
     by_other = sum(piece.taken_by == 1 for piece in tally.pieces)
     assert len(tally.pieces) > 6 and by_other >= len(tally.pieces) - 2, [p.taken_by for p in tally.pieces]
+
+
+def test_a_process_that_dies_leaves_the_pieces_it_took_and_the_other_takes_the_rest(agent_db, tmp_path):
+    ids = _seed(agent_db, 600)
+    receiver = Receiver()
+    receiver.start()
+    try:
+        config = load_config(_config(agent_db, tmp_path, receiver, "killed"), environ={})
+        running = Running(config, Window(), Plan(1, max(ids.values()), "ids"), 2)
+        victim = running._processes[0].pid
+        assert victim is not None
+
+        def on_progress(tally: Tally) -> None:
+            if any(piece.taken_by == 0 for piece in tally.pieces) and running._processes[0].exitcode is None:
+                os.kill(victim, signal.SIGKILL)  # out of memory, say: no word from it
+
+        tally = running.wait(on_progress)
+    finally:
+        receiver.stop()
+    taken = [piece for piece in tally.pieces if piece.taken_by == 0]
+    left = [piece for piece in tally.pieces if not piece.finished]
+    # The precondition: it died holding a piece, before finishing it.
+    assert taken and left and all(piece.taken_by == 0 for piece in left)
+    assert all(piece.finished for piece in tally.pieces if piece.taken_by == 1)
+    assert sum(piece.taken_by == 1 for piece in tally.pieces) >= len(tally.pieces) - len(taken)
+    assert tally.resume_from() == left[0].read_to + 1
+    assert tally.errors() == [f"ids {p.first_id}..{p.last_id}: the worker process exited with code -9" for p in left]
+    sent = received_roots(receiver)
+    assert {trace for trace, run_id in ids.items() if run_id < tally.resume_from()} <= sent
+
+
+def _die_holding(lock) -> None:
+    lock.acquire()
+    os._exit(0)
+
+
+def test_a_lock_left_held_by_a_dead_process_ends_the_taking_with_a_warning(caplog):
+    """A process killed while it took a piece leaves the lock held: the others stop taking after a
+    wait, rather than wait for ever, and the pieces nobody took are left to the resume line."""
+    from run_otel.ops.backfill_workers import _taking
+
+    taken = multiprocessing.get_context("fork").Value("i", 0)
+    reports: list = []
+
+    class Reports:
+        def put(self, message) -> None:
+            reports.append(message)
+
+    cut = [(1, 10), (11, 20), (21, 30)]
+    assert list(_taking(cut, taken, 0, Reports(), wait=0.1)) == cut  # the precondition: free, it takes every piece
+    taken.value = 1
+    holder = multiprocessing.get_context("fork").Process(target=_die_holding, args=(taken.get_lock(),))
+    holder.start()
+    holder.join(30)
+    assert holder.exitcode == 0  # it took the lock and ended without giving it back
+    with caplog.at_level(logging.WARNING):
+        assert list(_taking(cut, taken, 1, Reports(), wait=0.2)) == []
+    assert "no next piece of the id range after 0s: a worker process died taking one" in caplog.text
+    assert reports == [("took", 0, 0), ("took", 0, 1), ("took", 0, 2)]

@@ -15,6 +15,7 @@ allows.
 from __future__ import annotations
 
 import bisect
+import logging
 import multiprocessing
 import os
 import queue as queues
@@ -35,6 +36,11 @@ from ..pipeline.backfilled import Range
 from ..pipeline.results import PollResult
 from ..source.reader import SourceError
 from ..telemetry.logs import configure_logging, scrub_output
+
+log = logging.getLogger(__name__)
+
+# Taking a piece holds the lock for microseconds; a wait this long means its holder died.
+TAKE_WAIT_SECONDS = 30.0
 
 
 def pieces(plan: Plan, workers: int, batch_size: int) -> list[Range]:
@@ -212,14 +218,22 @@ def _notice_deaths(tally: Tally, processes: list[BaseProcess], reports: Any) -> 
             tally.failed(k, f"the worker process exited with code {processes[k].exitcode}")
 
 
-def _taking(cut: list[Range], taken: Any, k: int, reports: Any) -> Iterator[Range]:
+def _taking(cut: list[Range], taken: Any, k: int, reports: Any, wait: float = TAKE_WAIT_SECONDS) -> Iterator[Range]:
     """The pieces this process takes, each when it asks for the next: the one no process took yet."""
+    lock = taken.get_lock()
     while True:
-        with taken.get_lock():
+        # Held for a read and a write. A process killed holding it holds it for good: past the
+        # wait this one takes no more, and the pieces no one took are left to the resume line.
+        if not lock.acquire(timeout=wait):
+            log.warning("backfill: no next piece of the id range after %.0fs: a worker process died taking one", wait)
+            return
+        try:
             j = taken.value
             if j >= len(cut):
                 return
             taken.value = j + 1
+        finally:
+            lock.release()
         reports.put(("took", k, j))
         yield cut[j]
 
