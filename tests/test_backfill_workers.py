@@ -22,7 +22,8 @@ from run_otel.config import load_config
 from run_otel.ops.backfill_job import run_backfill
 from run_otel.ops.backfill_workers import Running, Tally, _Piece, pieces
 from run_otel.ops.demo import generate, insert_workload
-from run_otel.pipeline.backfill import Plan, Window
+from run_otel.pipeline.backfill import Plan, Window, resume_hint
+from run_otel.pipeline.backfilled import merged
 
 
 def test_the_pieces_are_contiguous_cover_the_range_and_shrink_to_a_quarter_batch():
@@ -187,8 +188,20 @@ def test_a_stopped_split_backfill_names_a_resume_id_before_which_every_run_was_s
         assert f"every id before {resume_from} was sent" in last_line
         assert {trace for trace, run_id in ids.items() if run_id < resume_from} <= sent
         assert sent != set(ids)
+        resume_to = last_line.split("--to-id ")[1].split()[0]
         resumed = subprocess.run(
-            [sys.executable, "-m", "run_otel", "backfill", "--from-id", str(resume_from), "--config", str(config)],
+            [
+                sys.executable,
+                "-m",
+                "run_otel",
+                "backfill",
+                "--from-id",
+                str(resume_from),
+                "--to-id",
+                resume_to,
+                "--config",
+                str(config),
+            ],
             capture_output=True,
             text=True,
             timeout=300,
@@ -277,8 +290,19 @@ def test_the_resume_id_is_the_first_id_of_any_piece_left_unsent():
     tally.failed(0, "UNAVAILABLE")
     assert tally.resume_from() == 15  # every id before it was sent; from it on, some were not
     assert tally.errors() == ["ids 31..40: UNAVAILABLE"]
+    for second_read_to, named in ((10, "1..30"), (20, "1..10, 21..30")):  # the second piece left, or finished
+        more = Tally([_Piece(1, 10, 0, taken_by=0), _Piece(11, 20, second_read_to, taken_by=0), _Piece(21, 30, 20, taken_by=1)])
+        more.failed(0, "UNAVAILABLE")
+        more.failed(1, "UNAVAILABLE")
+        assert more.errors() == [f"ids {named}: UNAVAILABLE"]  # one error, once, over the pieces it left
     assert tally.piece_of(14) is cut[1] and tally.piece_of(41) is cut[4] and tally.piece_of(50) is cut[4]
     assert Tally([_Piece(1, 10, read_to=10), _Piece(11, 20, read_to=20)]).resume_from() is None
+    # What to resume: up to the end of the last piece left unsent, and whether any piece between was sent.
+    assert tally.unsent() == (15, 40, True)
+    assert Tally([_Piece(1, 10, read_to=5), _Piece(11, 20, read_to=20), _Piece(21, 30, read_to=20)]).unsent() == (6, 30, False)
+    assert Tally([_Piece(1, 10, read_to=5), _Piece(11, 20, read_to=20)]).unsent() == (6, 10, True)
+    assert "ids 6..30 were not all sent; resume with --from-id 6 --to-id 30" in resume_hint(5, 30, none_sent=False)
+    assert resume_hint(5, 10).startswith("ids 6..10 were not sent; resume with --from-id 6 --to-id 10")
 
 
 def test_a_piece_that_ends_in_ids_without_a_run_is_finished(agent_db, tmp_path):
@@ -362,7 +386,12 @@ def test_a_process_that_dies_leaves_the_pieces_it_took_and_the_other_takes_the_r
     assert all(piece.finished for piece in tally.pieces if piece.taken_by == 1)
     assert sum(piece.taken_by == 1 for piece in tally.pieces) >= len(tally.pieces) - len(taken)
     assert tally.resume_from() == left[0].read_to + 1
-    assert tally.errors() == [f"ids {p.first_id}..{p.last_id}: the worker process exited with code -9" for p in left]
+    # The resume line ends with the last piece the dead process left, not with the range.
+    unsent = tally.unsent()
+    assert unsent is not None and unsent[:2] == (left[0].read_to + 1, left[-1].last_id)
+    assert left[-1].last_id < max(ids.values())
+    named = ", ".join(f"{a}..{b}" for a, b in merged((p.first_id, p.last_id) for p in left))
+    assert tally.errors() == [f"ids {named}: the worker process exited with code -9"]
     sent = received_roots(receiver)
     assert {trace for trace, run_id in ids.items() if run_id < tally.resume_from()} <= sent
 

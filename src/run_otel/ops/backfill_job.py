@@ -180,13 +180,15 @@ def _run_in_parts(
         tally, stopped = running.wait(on_progress), running.stopped
     outcome.total, outcome.seconds = tally.total, time.monotonic() - started
     outcome.first_trace, outcome.last_trace = tally.first_trace(), tally.last_trace()
-    resume_from = tally.resume_from()
-    outcome.read_to = ids_plan.last_id if resume_from is None else resume_from - 1
+    unsent = tally.unsent()
     errors = tally.errors()
-    if resume_from is None:
+    if unsent is None:
+        outcome.read_to = ids_plan.last_id
         outcome.warning = order_warning(outcome.total.outside_window, inversion)
         return outcome
-    resume = resume_hint(outcome.read_to, ids_plan.last_id)
+    resume_from, resume_to, none_sent = unsent
+    outcome.read_to = resume_from - 1
+    resume = resume_hint(outcome.read_to, resume_to, none_sent)
     why = "; ".join(errors) if errors else ("stopped by SIGTERM" if stopped else "a worker stopped early")
     sent = f"; every id before {resume_from} was sent" if resume_from > ids_plan.first_id else ""
     outcome.failure = f"{why}{sent}: {resume}"

@@ -18,13 +18,14 @@ import bisect
 import logging
 import multiprocessing
 import os
-import queue as queues
 import signal
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from multiprocessing.connection import wait as connection_wait
 from multiprocessing.process import BaseProcess
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from ..config import Config
 from ..export.sinks import ExportError
@@ -32,7 +33,7 @@ from ..factory import build_backfill, build_parts
 from ..mapping.masking import Scrubber, configured_secrets
 from ..mapping.span_data import trace_id_for
 from ..pipeline.backfill import Plan, Window
-from ..pipeline.backfilled import Range
+from ..pipeline.backfilled import Range, merged
 from ..pipeline.results import PollResult
 from ..source.reader import SourceError
 from ..telemetry.logs import configure_logging, scrub_output
@@ -104,8 +105,17 @@ class Tally:
 
     def resume_from(self) -> int | None:
         """The first id of a piece left unsent, taken or not; None when every piece is finished."""
-        unsent = [piece.read_to + 1 for piece in self.pieces if not piece.finished]
-        return min(unsent) if unsent else None
+        unsent = self.unsent()
+        return unsent[0] if unsent else None
+
+    def unsent(self) -> tuple[int, int, bool] | None:
+        """The ids to resume, from the first left unsent to the end of the last piece left unsent,
+        and whether no piece between was finished; None when every piece is finished."""
+        left = [piece for piece in self.pieces if not piece.finished]
+        if not left:
+            return None
+        first, last = left[0].read_to + 1, left[-1].last_id
+        return first, last, all(not p.finished for p in self.pieces if first <= p.last_id and p.first_id <= last)
 
     def failed(self, k: int, error: str) -> None:
         """Process ``k`` ended with ``error``: it names the pieces the process took and left unfinished."""
@@ -114,7 +124,13 @@ class Tally:
                 piece.error = error
 
     def errors(self) -> list[str]:
-        return [f"ids {p.first_id}..{p.last_id}: {p.error}" for p in self.pieces if p.error]
+        """Each error once, after the ids of the pieces it left unsent (the processes that met a
+        collector down each name the same)."""
+        by_error: dict[str, list[Range]] = {}
+        for piece in self.pieces:
+            if piece.error:
+                by_error.setdefault(piece.error, []).append((piece.first_id, piece.last_id))
+        return [f"ids {', '.join(f'{a}..{b}' for a, b in merged(ranges))}: {error}" for error, ranges in by_error.items()]
 
 
 def start_method() -> Literal["fork", "spawn"]:
@@ -132,30 +148,37 @@ def start_method() -> Literal["fork", "spawn"]:
 
 
 class Running:
-    """The processes, started; :meth:`wait` follows them to the end."""
+    """The processes, started; :meth:`wait` follows them to the end.
+
+    Each reports on a pipe of its own: a queue shared by all would hold a lock across processes,
+    and a process killed while it wrote would leave the others unable to report for good."""
 
     def __init__(self, config: Config, window: Window, plan: Plan, workers: int) -> None:
         self.method = start_method()
         context = multiprocessing.get_context("fork") if self.method == "fork" else multiprocessing.get_context("spawn")
-        self._reports: Any = context.Queue()
         cut = pieces(plan, workers, config.poll.batch_size)
         count = min(workers, len(cut))
         self.tally = Tally([_Piece(first, last, first - 1) for first, last in cut], count)
         # The next piece to take; held here while the processes run: a spawned one opens its lock by name.
         self._taken = context.Value("i", 0)
-        self._processes: list[BaseProcess] = [
-            context.Process(target=_work, args=(config, window, k, cut, self._taken, self._reports), daemon=True)
-            for k in range(count)
-        ]
+        self._processes: list[BaseProcess] = []
+        self._readers: dict[Connection, int] = {}
         self.stopped = False
         self._owner = os.getpid()
         self._previous = signal.signal(signal.SIGTERM, self._stop)
         try:
-            for process in self._processes:
+            for k in range(count):
+                reader, writer = context.Pipe(duplex=False)
+                process = context.Process(target=_work, args=(config, window, k, cut, self._taken, writer), daemon=True)
+                self._processes.append(process)
+                self._readers[reader] = k
                 process.start()
+                writer.close()  # the process's own end: its pipe ends when the process does
         except BaseException:  # out of processes or memory: none of them may run on alone
             self._stop()
             signal.signal(signal.SIGTERM, self._previous)
+            for reader in self._readers:
+                reader.close()
             raise
 
     def _stop(self, *_args: object) -> None:
@@ -171,18 +194,50 @@ class Running:
         tally = self.tally
         try:
             while not all(tally.done):
-                try:
-                    message = self._reports.get(timeout=1.0)
-                except queues.Empty:
-                    _notice_deaths(tally, self._processes, self._reports)
-                    continue
-                _apply(tally, message)
-                on_progress(tally)
+                for ready in connection_wait(list(self._readers), timeout=1.0):
+                    reader = cast(Connection, ready)
+                    k = self._readers[reader]
+                    try:
+                        message = reader.recv()
+                    except (EOFError, OSError):  # the process ended, and everything it sent was read
+                        del self._readers[reader]
+                        reader.close()
+                        self._ended(k)
+                        continue
+                    _apply(tally, cast(tuple, message))
+                    on_progress(tally)
         finally:
             signal.signal(signal.SIGTERM, self._previous)
             for process in self._processes:
                 process.join(timeout=10)
+            for reader in self._readers:
+                reader.close()
         return tally
+
+    def _ended(self, k: int) -> None:
+        """A process that ended without a word (killed, out of memory) failed where it was."""
+        if self.tally.done[k]:
+            return
+        process = self._processes[k]
+        process.join(timeout=10)
+        self.tally.done[k] = True
+        self.tally.failed(k, f"the worker process exited with code {process.exitcode}")
+
+
+class _Reports:
+    """A process's end of its pipe, for its threads: the reading one says what it took, the
+    mapping one what each batch sent."""
+
+    def __init__(self, writer: Connection):
+        self._writer = writer
+        self._lock = threading.Lock()
+
+    def put(self, message: tuple) -> None:
+        with self._lock:
+            self._writer.send(message)
+
+    def close(self) -> None:
+        self._writer.close()
 
 
 def _apply(tally: Tally, message: tuple) -> None:
@@ -200,22 +255,6 @@ def _apply(tally: Tally, message: tuple) -> None:
         tally.done[k] = True
         if rest[0] is not None:
             tally.failed(k, rest[0])
-
-
-def _notice_deaths(tally: Tally, processes: list[BaseProcess], reports: Any) -> None:
-    """A process that ended without a word (killed, out of memory) failed where it was."""
-    ended = [k for k, process in enumerate(processes) if not tally.done[k] and process.exitcode is not None]
-    if not ended:
-        return
-    while True:  # what an ended process sent before it ended is still to be read
-        try:
-            _apply(tally, reports.get(timeout=0.5))
-        except queues.Empty:
-            break
-    for k in ended:
-        if not tally.done[k]:
-            tally.done[k] = True
-            tally.failed(k, f"the worker process exited with code {processes[k].exitcode}")
 
 
 def _taking(cut: list[Range], taken: Any, k: int, reports: Any, wait: float = TAKE_WAIT_SECONDS) -> Iterator[Range]:
@@ -238,8 +277,9 @@ def _taking(cut: list[Range], taken: Any, k: int, reports: Any, wait: float = TA
         yield cut[j]
 
 
-def _work(config: Config, window: Window, k: int, cut: list[Range], taken: Any, reports: Any) -> None:
+def _work(config: Config, window: Window, k: int, cut: list[Range], taken: Any, writer: Connection) -> None:
     """One process: the same pass a single backfill runs, over the pieces it takes."""
+    reports = _Reports(writer)
     scrubber = Scrubber.for_secrets(configured_secrets(config.export, config.source, config.state))
     configure_logging(config.log, scrub_output(scrubber))
     parts = build_parts(config)  # closed below, once the last batch is sent
@@ -268,4 +308,3 @@ def _work(config: Config, window: Window, k: int, cut: list[Range], taken: Any, 
         parts.close()
     reports.put(("done", k, error))
     reports.close()
-    reports.join_thread()  # the queue's feeder thread has written every report before the process exits
