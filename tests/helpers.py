@@ -137,6 +137,26 @@ def terminal_trace_ids(agent_db: AgentDb) -> set[str]:
     return {r["run_id"][4:].replace("-", "") for r in table_rows(agent_db, TERMINAL_SQL)}
 
 
+def demo_backfill_config(tmp_path: Path, endpoint: str, runs: int) -> Path:
+    """A config for a backfill of the embedded demo's SQLite database of ``runs`` runs, metrics off."""
+    db = tmp_path / "agent.db"
+    subprocess.run(
+        [sys.executable, "-m", "run_otel", "demo", "--db", str(db), "--runs", str(runs)],
+        cwd=tmp_path,
+        check=True,
+        capture_output=True,
+    )
+    return write_config(
+        tmp_path / "c.toml",
+        {
+            "source": {"url": f"sqlite:///{db}"},
+            "state": {"url": f"sqlite:///{tmp_path / 'state.db'}"},
+            "export": {"endpoint": endpoint},
+            "metrics": {"enabled": False},
+        },
+    )
+
+
 def received_roots(receiver) -> set[str]:
     """The trace ids of the root spans the receiver has seen."""
     return {span.trace_id.hex() for _r, _s, span in receiver.spans() if not span.parent_span_id}

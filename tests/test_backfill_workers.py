@@ -15,7 +15,7 @@ import threading
 from collections import Counter
 from datetime import datetime
 
-from helpers import received_roots, write_config
+from helpers import demo_backfill_config, received_roots, write_config
 from servers import Receiver, free_port, wait_for
 
 from run_otel.config import load_config
@@ -245,22 +245,10 @@ def test_with_metrics_asks_for_one_worker(tmp_path):
 def test_a_backfill_without_metrics_loads_no_metrics_sdk(tmp_path):
     """Start-up is part of every backfill: what it does not use, it does not import. (An HTTP
     client still loads: the secret detector's plugins import one.)"""
-    db = tmp_path / "agent.db"
-    subprocess.run(
-        [sys.executable, "-m", "run_otel", "demo", "--db", str(db), "--runs", "40"], cwd=tmp_path, check=True, capture_output=True
-    )
     receiver = Receiver()
     receiver.start()
     try:
-        config = write_config(
-            tmp_path / "c.toml",
-            {
-                "source": {"url": f"sqlite:///{db}"},
-                "state": {"url": f"sqlite:///{tmp_path / 'state.db'}"},
-                "export": {"endpoint": receiver.endpoint},
-                "metrics": {"enabled": False},
-            },
-        )
+        config = demo_backfill_config(tmp_path, receiver.endpoint, 40)
         probe = (
             "import atexit, sys\n"
             "unused = ('prometheus_client', 'opentelemetry.sdk.metrics', 'opentelemetry.exporter.prometheus')\n"
@@ -330,6 +318,15 @@ def test_a_piece_that_ends_in_ids_without_a_run_is_finished(agent_db, tmp_path):
         receiver.stop()
 
 
+def _two_processes(agent_db, tmp_path, receiver: Receiver, last_id: int) -> tuple[Running, int]:
+    """Two processes started over ids 1..last_id in this one, and the first one's pid."""
+    config = load_config(_config(agent_db, tmp_path, receiver, "two"), environ={})
+    running = Running(config, Window(), Plan(1, last_id, "ids"), 2)
+    pid = running._processes[0].pid
+    assert pid is not None
+    return running, pid
+
+
 def test_a_slowed_process_leaves_the_pieces_it_has_not_taken_to_the_other(agent_db, tmp_path):
     """One process stopped from its start: the other takes every piece, so the backfill does not
     wait on the slow one for half the range."""
@@ -337,10 +334,7 @@ def test_a_slowed_process_leaves_the_pieces_it_has_not_taken_to_the_other(agent_
     receiver = Receiver()
     receiver.start()
     try:
-        config = load_config(_config(agent_db, tmp_path, receiver, "slowed"), environ={})
-        running = Running(config, Window(), Plan(1, max(ids.values()), "ids"), 2)
-        slowed = running._processes[0].pid
-        assert slowed is not None
+        running, slowed = _two_processes(agent_db, tmp_path, receiver, max(ids.values()))
         os.kill(slowed, signal.SIGSTOP)
 
         def go_on() -> None:
@@ -367,10 +361,7 @@ def test_a_process_that_dies_leaves_the_pieces_it_took_and_the_other_takes_the_r
     receiver = Receiver()
     receiver.start()
     try:
-        config = load_config(_config(agent_db, tmp_path, receiver, "killed"), environ={})
-        running = Running(config, Window(), Plan(1, max(ids.values()), "ids"), 2)
-        victim = running._processes[0].pid
-        assert victim is not None
+        running, victim = _two_processes(agent_db, tmp_path, receiver, max(ids.values()))
 
         def on_progress(tally: Tally) -> None:
             if any(piece.taken_by == 0 for piece in tally.pieces) and running._processes[0].exitcode is None:

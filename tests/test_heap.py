@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from helpers import received_roots, write_config
+from helpers import demo_backfill_config, received_roots
 from servers import Receiver
 
 # Batches of 24 blocks of 1 MiB, allocated and freed: after two, how many pages eight more fault in.
@@ -40,22 +40,10 @@ def test_a_kept_heap_serves_the_next_batch_without_faulting_its_pages_in():
 
 
 def test_a_backfill_keeps_its_freed_memory(tmp_path):
-    db = tmp_path / "agent.db"
-    subprocess.run(
-        [sys.executable, "-m", "run_otel", "demo", "--db", str(db), "--runs", "20"], cwd=tmp_path, check=True, capture_output=True
-    )
     receiver = Receiver()
     receiver.start()
     try:
-        config = write_config(
-            tmp_path / "c.toml",
-            {
-                "source": {"url": f"sqlite:///{db}"},
-                "state": {"url": f"sqlite:///{tmp_path / 'state.db'}"},
-                "export": {"endpoint": receiver.endpoint},
-                "metrics": {"enabled": False},
-            },
-        )
+        config = demo_backfill_config(tmp_path, receiver.endpoint, 20)
         backfill = (
             "import sys\n"
             "from run_otel.cli.main import main\n"
