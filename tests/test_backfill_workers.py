@@ -107,7 +107,7 @@ def test_two_workers_send_the_same_spans_as_one_each_part_in_id_order(agent_db, 
         running = Running(config, Window(), Plan(1, max(ids.values()), "ids"), 2)
         tally = running.wait(lambda _tally: None)
         busy.set()
-        assert running.method == "spawn" and tally.resume_from() is None and not tally.errors()
+        assert running.method == "spawn" and tally.unsent() is None and not tally.errors()
         assert {piece.taken_by for piece in tally.pieces} == {0, 1}
         assert _spans(three) == _spans(one)
     finally:
@@ -276,7 +276,6 @@ def test_the_resume_id_is_the_first_id_of_any_piece_left_unsent():
     ]
     tally = Tally(cut, workers=2)
     tally.failed(0, "UNAVAILABLE")
-    assert tally.resume_from() == 15  # every id before it was sent; from it on, some were not
     assert tally.errors() == ["ids 31..40: UNAVAILABLE"]
     for second_read_to, named in ((10, "1..30"), (20, "1..10, 21..30")):  # the second piece left, or finished
         more = Tally([_Piece(1, 10, 0, taken_by=0), _Piece(11, 20, second_read_to, taken_by=0), _Piece(21, 30, 20, taken_by=1)])
@@ -284,9 +283,9 @@ def test_the_resume_id_is_the_first_id_of_any_piece_left_unsent():
         more.failed(1, "UNAVAILABLE")
         assert more.errors() == [f"ids {named}: UNAVAILABLE"]  # one error, once, over the pieces it left
     assert tally.piece_of(14) is cut[1] and tally.piece_of(41) is cut[4] and tally.piece_of(50) is cut[4]
-    assert Tally([_Piece(1, 10, read_to=10), _Piece(11, 20, read_to=20)]).resume_from() is None
+    assert Tally([_Piece(1, 10, read_to=10), _Piece(11, 20, read_to=20)]).unsent() is None
     # What to resume: up to the end of the last piece left unsent, and whether any piece between was sent.
-    assert tally.unsent() == (15, 40, True)
+    assert tally.unsent() == (15, 40, True)  # every id before 15 was sent; from it on, some were not
     assert Tally([_Piece(1, 10, read_to=5), _Piece(11, 20, read_to=20), _Piece(21, 30, read_to=20)]).unsent() == (6, 30, False)
     assert Tally([_Piece(1, 10, read_to=5), _Piece(11, 20, read_to=20)]).unsent() == (6, 10, True)
     assert "ids 6..30 were not all sent; resume with --from-id 6 --to-id 30" in resume_hint(5, 30, none_sent=False)
@@ -350,7 +349,7 @@ def test_a_slowed_process_leaves_the_pieces_it_has_not_taken_to_the_other(agent_
             go_on()
     finally:
         receiver.stop()
-    assert tally.resume_from() is None and not tally.errors()
+    assert tally.unsent() is None and not tally.errors()
     assert received_roots(receiver) == set(ids)
     by_other = sum(piece.taken_by == 1 for piece in tally.pieces)
     assert len(tally.pieces) > 6 and by_other >= len(tally.pieces) - 2, [p.taken_by for p in tally.pieces]
@@ -376,7 +375,6 @@ def test_a_process_that_dies_leaves_the_pieces_it_took_and_the_other_takes_the_r
     assert taken and left and all(piece.taken_by == 0 for piece in left)
     assert all(piece.finished for piece in tally.pieces if piece.taken_by == 1)
     assert sum(piece.taken_by == 1 for piece in tally.pieces) >= len(tally.pieces) - len(taken)
-    assert tally.resume_from() == left[0].read_to + 1
     # The resume line ends with the last piece the dead process left, not with the range.
     unsent = tally.unsent()
     assert unsent is not None and unsent[:2] == (left[0].read_to + 1, left[-1].last_id)
@@ -384,7 +382,7 @@ def test_a_process_that_dies_leaves_the_pieces_it_took_and_the_other_takes_the_r
     named = ", ".join(f"{a}..{b}" for a, b in merged((p.first_id, p.last_id) for p in left))
     assert tally.errors() == [f"ids {named}: the worker process exited with code -9"]
     sent = received_roots(receiver)
-    assert {trace for trace, run_id in ids.items() if run_id < tally.resume_from()} <= sent
+    assert {trace for trace, run_id in ids.items() if run_id < unsent[0]} <= sent
 
 
 def _die_holding(lock) -> None:

@@ -103,14 +103,10 @@ class Tally:
         last = next((piece.last_run for piece in reversed(self.pieces) if piece.last_run), "")
         return trace_id_for(last).hex() if last else ""
 
-    def resume_from(self) -> int | None:
-        """The first id of a piece left unsent, taken or not; None when every piece is finished."""
-        unsent = self.unsent()
-        return unsent[0] if unsent else None
-
     def unsent(self) -> tuple[int, int, bool] | None:
-        """The ids to resume, from the first left unsent to the end of the last piece left unsent,
-        and whether no piece between was finished; None when every piece is finished."""
+        """The ids to resume, from the first left unsent (of a piece taken or not) to the end of the
+        last piece left unsent, and whether no piece between was finished; None when every piece is
+        finished."""
         left = [piece for piece in self.pieces if not piece.finished]
         if not left:
             return None

@@ -113,15 +113,10 @@ def order_warning(outside_window: int, inversion: Inversion | None) -> str | Non
 def resume_hint(read_to: int, last_id: int, none_sent: bool = True) -> str:
     """How to finish a backfill that stopped after run id ``read_to``: every id before is sent.
     ``none_sent`` False: some ids between were sent (by another worker), and will be again."""
-    if none_sent:
-        return (
-            f"ids {read_to + 1}..{last_id} were not sent; "
-            f"resume with --from-id {read_to + 1} --to-id {last_id} (and the same --since/--until)"
-        )
-    return (
-        f"ids {read_to + 1}..{last_id} were not all sent; resume with --from-id {read_to + 1} --to-id {last_id} "
-        "(and the same --since/--until), which sends those already sent again, byte-identical"
-    )
+    first = read_to + 1
+    were, again = ("not sent", "") if none_sent else ("not all sent", ", which sends those already sent again, byte-identical")
+    resume = f"resume with --from-id {first} --to-id {last_id} (and the same --since/--until)"
+    return f"ids {first}..{last_id} were {were}; {resume}{again}"
 
 
 def where_to_find(first_trace: str, last_trace: str, in_flight: int = 0) -> list[str]:
